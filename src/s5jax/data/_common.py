@@ -1,0 +1,106 @@
+"""Shared plumbing for dataset preparation: errors, the data root, atomic writes.
+
+Every dataset module prepares its data once into a cache folder and must never leave a
+half-written file behind: writes go to a temporary name in the same folder and are renamed
+into place only when complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "DatasetError",
+    "atomic_dir",
+    "atomic_save_npy",
+    "atomic_save_npz",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "data_root",
+]
+
+DATA_ROOT_ENV = "S5JAX_DATA"
+
+
+class DatasetError(ValueError):
+    """A dataset is missing, malformed or inconsistent. The message names the file and the fix."""
+
+
+def data_root() -> Path:
+    """The folder under which datasets are looked for and cached.
+
+    `$S5JAX_DATA` if set, else `./data` relative to the current working directory.
+    """
+    return Path(os.environ.get(DATA_ROOT_ENV, "data")).expanduser()
+
+
+@contextlib.contextmanager
+def _temporary_sibling(path: Path, suffix: str) -> Iterator[Path]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` atomically (temporary sibling, then rename)."""
+    with _temporary_sibling(Path(path), ".tmp") as tmp:
+        tmp.write_bytes(data)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` (UTF-8) to `path` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_save_npz(path: str | os.PathLike, *, compressed: bool = False, **arrays) -> None:
+    """Save arrays to an `.npz` file atomically."""
+    save = np.savez_compressed if compressed else np.savez
+    with _temporary_sibling(Path(path), ".npz") as tmp:
+        with open(tmp, "wb") as f:
+            save(f, **arrays)
+
+
+def atomic_save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
+    """Save one array to an `.npy` file atomically (readable with `np.load(mmap_mode='r')`)."""
+    with _temporary_sibling(Path(path), ".npy") as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Build a whole folder under a temporary name; rename it to `path` only on success.
+
+    An existing `path` is replaced. On any exception the temporary folder is removed and
+    `path` is left as it was.
+    """
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        yield tmp
+        if final.exists():
+            old = final.with_name(f".{final.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
