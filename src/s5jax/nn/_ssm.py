@@ -1,0 +1,207 @@
+"""`S5SSM`: the S5 state space model as an Equinox module (§3; App. A, B).
+
+Holds real parameters only (real and imaginary parts are separate arrays: `jax.grad` of a
+complex leaf is the conjugate of the usual gradient and optax does not correct for it) and
+builds the complex system inside the forward pass. Handles one (L, H) sequence; use
+`jax.vmap` for batches.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Complex, Float, PRNGKeyArray
+
+from .. import core
+from ._tags import param_field
+
+__all__ = ["S5SSM"]
+
+
+class S5SSM(eqx.Module):
+    """A multi-input, multi-output diagonal SSM, discretised from continuous time (Eqs. 5–8).
+
+    **Arguments:**
+    - `H`: number of input/output features.
+    - `ssm_size`: the paper's latent size P (called P_full in `s5jax.core`). Under conjugate
+      symmetry `ssm_size // 2` complex states are stored (the field `P`).
+    - `J`: number of HiPPO-N blocks for the block-diagonal initialisation (App. B.1.1).
+    - `conj_sym`: store one eigenvalue of each conjugate pair (output doubled).
+    - `bidirectional`: add a reverse scan with its own output matrix (App. G.1.2).
+    - `discretization`: `"zoh"` or `"bilinear"`.
+    - `c_init`: `"trunc_standard_normal"`, `"lecun_normal"` or `"complex_normal"`.
+    - `lambda_init`: `"hippo"` (default), `"s4d_inv"`, `"s4d_lin"`, `"antisymmetric"`,
+      `"gaussian"` (ablations of App. D).
+    - `dt_min`, `dt_max`: range of the log-uniform initial timescales.
+    - `scalar_dt`: learn one Δ shared by all states (ablation of Table 6) instead of one each.
+    - `clip_eigs`: clip Re Λ ≤ −1e-4 in the forward pass.
+    - `scan_method`: `"auto"` (sequential on CPU, parallel elsewhere), `"sequential"`,
+      `"parallel"`.
+    - `dtype`: real dtype of the parameters.
+    - `key`: PRNG key (keyword-only).
+    """
+
+    Lambda_re: Float[Array, " P"] = param_field("Lambda")
+    Lambda_im: Float[Array, " P"] = param_field("Lambda")
+    B_re: Float[Array, "P H"] = param_field("B")
+    B_im: Float[Array, "P H"] = param_field("B")
+    C_re: Float[Array, "H PC"] = param_field("C")
+    C_im: Float[Array, "H PC"] = param_field("C")
+    D: Float[Array, " H"] = param_field("D")
+    log_step: Float[Array, " PD"] = param_field("log_step")
+
+    H: int = eqx.field(static=True)
+    P: int = eqx.field(static=True)
+    conj_sym: bool = eqx.field(static=True)
+    bidirectional: bool = eqx.field(static=True)
+    discretization: str = eqx.field(static=True)
+    clip_eigs: bool = eqx.field(static=True)
+    scan_method: str = eqx.field(static=True)
+
+    def __init__(
+        self,
+        H: int,
+        ssm_size: int,
+        *,
+        J: int = 1,
+        conj_sym: bool = True,
+        bidirectional: bool = False,
+        discretization: str = "zoh",
+        c_init: str = "trunc_standard_normal",
+        lambda_init: str = "hippo",
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        scalar_dt: bool = False,
+        clip_eigs: bool = False,
+        scan_method: str = "auto",
+        dtype=jnp.float32,
+        key: PRNGKeyArray,
+    ):
+        _check_positive(H, "H")
+        if discretization not in core.DISCRETIZATIONS:
+            raise ValueError(
+                f"discretization must be one of {sorted(core.DISCRETIZATIONS)}, "
+                f"got {discretization!r}"
+            )
+        core.resolve_scan_method(scan_method)
+        core.check_dt_range(dt_min, dt_max)
+        lam_key, b_key, c_key, cb_key, d_key, dt_key = jax.random.split(key, 6)
+        Lambda, V, V_inv = core.init_lambda(
+            lambda_init, ssm_size, J, conj_sym=conj_sym, key=lam_key
+        )
+        B = core.init_B_tilde(b_key, V_inv, H, dtype=dtype)
+        C = core.init_C_tilde(c_key, V, H, method=c_init, dtype=dtype)
+        if bidirectional:
+            C_bwd = core.init_C_tilde(cb_key, V, H, method=c_init, dtype=dtype)
+            C = jnp.concatenate([C, C_bwd], axis=1)
+        P = Lambda.shape[0]
+        self.Lambda_re = jnp.asarray(Lambda.real, dtype)
+        self.Lambda_im = jnp.asarray(Lambda.imag, dtype)
+        self.B_re, self.B_im = B.real, B.imag
+        self.C_re, self.C_im = C.real, C.imag
+        self.D = core.init_D(d_key, H, dtype=dtype)
+        self.log_step = core.init_log_step(
+            dt_key, 1 if scalar_dt else P, dt_min, dt_max, dtype=dtype
+        )
+        self.H, self.P = H, P
+        self.conj_sym, self.bidirectional = conj_sym, bidirectional
+        self.discretization, self.clip_eigs, self.scan_method = (
+            discretization,
+            clip_eigs,
+            scan_method,
+        )
+
+    # --- the continuous-time system --------------------------------------------------------
+
+    def Lambda(self) -> Complex[Array, " P"]:
+        """Λ, with Re Λ clipped to ≤ −1e-4 when `clip_eigs`."""
+        re = core.clip_eigs(self.Lambda_re) if self.clip_eigs else self.Lambda_re
+        return jax.lax.complex(re, self.Lambda_im)
+
+    def B_tilde(self) -> Complex[Array, "P H"]:
+        return jax.lax.complex(self.B_re, self.B_im)
+
+    def C_tilde(self) -> Complex[Array, "H PC"]:
+        return jax.lax.complex(self.C_re, self.C_im)
+
+    def Delta(self, step_rescale: float | Float[Array, ""] = 1.0) -> Float[Array, " P"]:
+        """Δ = step_rescale · exp(log Δ), one timescale per state (§6.2's zero-shot rescale)."""
+        Delta = jnp.exp(self.log_step) * jnp.asarray(step_rescale, self.log_step.dtype)
+        return jnp.broadcast_to(Delta, (self.P,))
+
+    def discretized(
+        self, step_rescale: float | Float[Array, ""] = 1.0
+    ) -> tuple[Complex[Array, " P"], Complex[Array, "P H"]]:
+        """(Λ̄, B̄) for the timescales Δ·step_rescale."""
+        return core.discretize(
+            self.discretization, self.Lambda(), self.B_tilde(), self.Delta(step_rescale)
+        )
+
+    # --- sequences ---------------------------------------------------------------------------
+
+    def __call__(
+        self,
+        u: Float[Array, "L H"],
+        *,
+        step_rescale: float | Float[Array, ""] = 1.0,
+        dt: Float[Array, " L"] | None = None,
+        resets: Bool[Array, " L"] | None = None,
+        initial_state: Complex[Array, " P"] | None = None,
+        return_state: bool = False,
+    ):
+        """Apply the SSM to one sequence (use `jax.vmap` for batches).
+
+        **Arguments:**
+        - `u`: input sequence (L, H).
+        - `step_rescale`: multiplies every Δ (e.g. 2 for 8 kHz data on a 16 kHz model).
+        - `dt`: per-step multipliers of Δ for irregular sampling, (L,): [1, t_1 − t_0, …]
+          (see `s5jax.core.step_multipliers`).
+        - `resets`: (L,) booleans marking the first step of each packed episode.
+        - `initial_state`: state before u_0 (unidirectional only), e.g. from `step`.
+        - `return_state`: also return the final state.
+
+        **Returns:** y (L, H); with `return_state`, `(y, final_state)`.
+        """
+        if u.ndim != 2 or u.shape[1] != self.H:
+            raise ValueError(
+                f"u must have shape (L, H) = (L, {self.H}), got {u.shape}; use jax.vmap for batches"
+            )
+        return core.apply_ssm_continuous(
+            self.Lambda(), self.B_tilde(), self.C_tilde(), self.D, self.Delta(step_rescale),
+            u.astype(self.D.dtype), discretization=self.discretization, dt=dt,
+            conj_sym=self.conj_sym, bidirectional=self.bidirectional,
+            initial_state=initial_state, resets=resets, method=self.scan_method,
+            return_state=return_state,
+        )  # fmt: skip
+
+    # --- online use ---------------------------------------------------------------------------
+
+    def init_state(self) -> Complex[Array, " P"]:
+        """The zero state before the first input."""
+        dtype = jnp.complex128 if self.D.dtype == jnp.float64 else jnp.complex64
+        return core.init_state(self.P, dtype)
+
+    def step(
+        self,
+        state: Complex[Array, " P"],
+        u_k: Float[Array, " H"],
+        *,
+        step_rescale: float | Float[Array, ""] = 1.0,
+    ) -> tuple[Complex[Array, " P"], Float[Array, " H"]]:
+        """One recurrent step: (state, u_k) → (state′, y_k), equal to the scan's step k."""
+        if self.bidirectional:
+            raise ValueError(
+                "step() needs a unidirectional SSM: bidirectional=True sees the future"
+            )
+        Lambda_bar, B_bar = self.discretized(step_rescale)
+        return core.ssm_step(
+            Lambda_bar, B_bar, self.C_tilde(), self.D, state, u_k.astype(self.D.dtype),
+            conj_sym=self.conj_sym,
+        )  # fmt: skip
+
+
+def _check_positive(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")

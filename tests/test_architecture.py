@@ -1,0 +1,66 @@
+"""The dependency rule of ARCHITECTURE.md: core <- nn <- train <- cli; data <- train.
+
+Checked on the source text (every import statement of every module), so that it holds
+whatever is imported lazily inside functions.
+"""
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "s5jax"
+
+# What each layer may import, besides the standard library.
+ALLOWED = {
+    "core": {"jax", "jaxtyping", "numpy", "s5jax.core"},
+    "nn": {"jax", "jaxtyping", "numpy", "equinox", "s5jax.core", "s5jax.nn"},
+    "data": {"numpy", "PIL", "s5jax.data"},
+    "config": {"tomllib", "tomli", "s5jax.config"},
+}
+STDLIB_OK = set(sys.stdlib_module_names)
+
+
+def _imports(path: Path, package: str):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the module's package
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                if node.module:
+                    yield ".".join([*parts, node.module])
+                else:  # `from .. import core` imports the submodule s5jax.core
+                    for alias in node.names:
+                        yield ".".join([*parts, alias.name])
+            else:
+                yield node.module
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_imports_only_what_it_may(layer):
+    folder = SRC / layer
+    if not folder.exists():
+        pytest.skip(f"s5jax.{layer} does not exist yet")
+    bad = []
+    for path in folder.rglob("*.py"):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        package = ".".join(rel.parts[:-1])
+        for name in _imports(path, package):
+            top = name.split(".")[0]
+            if top in STDLIB_OK:
+                continue
+            if name.startswith("s5jax.") or name == "s5jax":
+                ok = any(
+                    name == a or name.startswith(a + ".")
+                    for a in ALLOWED[layer]
+                    if a.startswith("s5jax")
+                )
+            else:
+                ok = top in ALLOWED[layer]
+            if not ok:
+                bad.append(f"{path.relative_to(SRC)} imports {name}")
+    assert not bad, "\n".join(bad)
