@@ -1,0 +1,127 @@
+"""Converting configs to and from plain dicts, and dumping them as JSON.
+
+`to_dict` gives nested JSON-ready dicts; `from_dict` is its strict inverse (an unknown key is an
+error that lists the valid keys), so a resolved config dumped to a run directory loads back
+identical. Missing keys take the dataclass defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._schema import (
+    DataConfig,
+    ExperimentConfig,
+    ModelConfig,
+    OptimConfig,
+    PaperResult,
+    TrainConfig,
+)
+from ._types import ConfigError, FloatTable, field_hints
+
+__all__ = ["SECTIONS", "dump_json", "from_dict", "to_dict"]
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "optim": OptimConfig,
+    "data": DataConfig,
+    "train": TrainConfig,
+    "paper": PaperResult,
+}
+"""The sections of an experiment config, by key."""
+
+
+def to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The config as nested plain dicts (JSON-ready; tables become dicts).
+
+    **Arguments:**
+    - `cfg`: the experiment config.
+
+    **Returns:** a dict with keys `name`, `description`, `model`, `optim`, `data`, `train`,
+    `paper` (None when the config records no published figure).
+    """
+    return _plain(cfg)
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        hints = field_hints(type(obj))
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            out[f.name] = dict(value) if hints[f.name] == FloatTable else _plain(value)
+        return out
+    return obj
+
+
+def _section(cls: type, key: str, raw: Any) -> Any:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{key}: expected a table of settings, got {raw!r}")
+    valid = list(field_hints(cls))
+    unknown = [k for k in raw if k not in valid]
+    if unknown:
+        raise ConfigError(
+            f"{key}: unknown key {unknown[0]!r}; valid keys of [{key}]: {', '.join(valid)}"
+        )
+    return cls(**raw)
+
+
+def from_dict(raw: Mapping[str, Any]) -> ExperimentConfig:
+    """Build and validate an `ExperimentConfig` from nested dicts (the inverse of `to_dict`).
+
+    **Arguments:**
+    - `raw`: a mapping with `name` and optionally `description`, the section tables `model`,
+      `optim`, `data`, `train` and `paper` (None or absent: no published figure).
+
+    **Returns:** the validated, frozen config.
+
+    **Raises:** `ConfigError` for unknown keys (listing the valid ones), wrong types or values.
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"an experiment config must be a table, got {raw!r}")
+    valid = list(field_hints(ExperimentConfig))
+    unknown = [k for k in raw if k not in valid]
+    if unknown:
+        raise ConfigError(f"unknown top-level key {unknown[0]!r}; valid keys: {', '.join(valid)}")
+    if "name" not in raw:
+        raise ConfigError("name: missing; every experiment config needs a name")
+    kwargs: dict[str, Any] = {k: raw[k] for k in ("name", "description") if k in raw}
+    for key, cls in SECTIONS.items():
+        if key in raw and raw[key] is not None:
+            kwargs[key] = _section(cls, key, raw[key])
+    return ExperimentConfig(**kwargs)
+
+
+def dump_json(cfg: ExperimentConfig, path: str | os.PathLike) -> Path:
+    """Write the config as indented JSON, atomically (temporary sibling, then rename).
+
+    **Arguments:**
+    - `cfg`: the experiment config.
+    - `path`: the file to write; its folder is created if needed.
+
+    **Returns:** the path written.
+    """
+    path = Path(path)
+    text = json.dumps(to_dict(cfg), indent=2) + "\n"
+    _atomic_write_text(path, text)
+    return path
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    # A local copy of s5jax.data's helper: s5jax.config must not import s5jax.data.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes files private; a dumped config is not secret
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
