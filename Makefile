@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python examples/demo_long_range.py
+	$(BIN)/python examples/long_range_demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks
