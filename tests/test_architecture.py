@@ -18,6 +18,20 @@ ALLOWED = {
     "nn": {"jax", "jaxtyping", "numpy", "equinox", "s5jax.core", "s5jax.nn"},
     "data": {"numpy", "PIL", "s5jax.data"},
     "config": {"tomllib", "tomli", "s5jax.config"},
+    "train": {
+        "jax",
+        "jaxtyping",
+        "numpy",
+        "equinox",
+        "optax",
+        "orbax",
+        "PIL",
+        "s5jax.core",
+        "s5jax.nn",
+        "s5jax.config",
+        "s5jax.data",
+        "s5jax.train",
+    },
 }
 STDLIB_OK = set(sys.stdlib_module_names)
 
