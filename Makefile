@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/long_range_demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff check .
 
 test: lint
 	$(BIN)/python -m pytest -q
