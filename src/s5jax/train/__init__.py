@@ -4,6 +4,7 @@ See `_optim` for the parameter groups and how the plateau scale reaches the opti
 `_schedule` for the schedule shapes (including the authors' quirks under `faithful_schedule`).
 """
 
+from ._logging import METRICS_FILE, MetricsLogger, read_metrics, summary_table
 from ._optim import (
     GROUPS,
     PARTITIONS,
@@ -16,6 +17,8 @@ from ._optim import (
     optimizer_groups,
     set_lr_scale,
 )
+from ._plots import plot_curves
+from ._progress import Progress
 from ._schedule import (
     EarlyStopState,
     LRSchedule,
@@ -23,13 +26,18 @@ from ._schedule import (
     early_stop_update,
     plateau_update,
 )
+from ._tensorboard import EventWriter
 
 __all__ = [
     "GROUPS",
+    "METRICS_FILE",
     "PARTITIONS",
     "EarlyStopState",
+    "EventWriter",
     "LRSchedule",
+    "MetricsLogger",
     "PlateauState",
+    "Progress",
     "build_optimizer",
     "describe_groups",
     "early_stop_update",
@@ -39,5 +47,8 @@ __all__ = [
     "group_schedules",
     "optimizer_groups",
     "plateau_update",
+    "plot_curves",
+    "read_metrics",
     "set_lr_scale",
+    "summary_table",
 ]

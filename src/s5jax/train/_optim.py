@@ -167,7 +167,9 @@ def build_optimizer(
             group: _group_transform(group, _scaled(schedules[group], lr_scale), optim_cfg)
             for group in GROUPS
         }
-        inner = optax.multi_transform(transforms, labels)
+        # A function, not the tree itself: a labels tree shaped like an Equinox model is
+        # callable, and optax would call it.
+        inner = optax.multi_transform(transforms, lambda _: labels)
         if optim_cfg.grad_clip is None:
             return inner
         return optax.chain(optax.clip_by_global_norm(optim_cfg.grad_clip), inner)

@@ -1,0 +1,468 @@
+"""Your own data: one `.npz` file, no code needed.
+
+Save your arrays with `np.savez` under these keys (`{split}` is each of `train`, `val`, `test`):
+
+| key               | shape                      | meaning                                        |
+|-------------------|----------------------------|------------------------------------------------|
+| `x_{split}`       | (N, L, D) float            | D features per step, L steps per sequence      |
+|                   | (N, L) integer             | or token ids `0 .. vocab_size - 1`             |
+| `y_{split}`       | (N,) integer               | classification: labels `0 .. n_classes - 1`    |
+|                   | (N,) or (N, K) float       | regression: a target (vector) per sequence     |
+|                   | (N, L) or (N, L, K) float  | regression: a target (vector) per step         |
+| `lengths_{split}` | (N,) integer, optional     | valid steps of each padded sequence, 1 .. L    |
+| `t_{split}`       | (N, L) float, optional     | observation times, strictly increasing over    |
+|                   |                            | the valid steps (irregular sampling)           |
+| `n_classes`       | int scalar, optional       | implies classification; default: max label + 1 |
+| `vocab_size`      | int scalar, optional       | default: largest token + 1 over all splits     |
+| `task`            | str scalar, optional       | `"classification"` or `"regression"` (default: |
+|                   |                            | classification when `y_train` is integer)      |
+| `per_step`        | bool scalar, optional      | float `y` of shape (N, L): per step (default), |
+|                   |                            | or False for (N, K) per sequence with K == L   |
+
+L and D must be the same in every split; N may differ. Inputs, targets and times must be
+finite everywhere, padding included (pad with zeros). Per-step targets are stored as
+(N, L, K) (K = 1 for (N, L)). For example, 4-class classification of 3-feature sequences:
+
+```python
+import numpy as np
+rng = np.random.default_rng(0)
+sizes = {"train": 800, "val": 100, "test": 100}
+arrays = {f"x_{s}": rng.normal(size=(n, 100, 3)).astype(np.float32) for s, n in sizes.items()}
+arrays |= {f"y_{s}": rng.integers(0, 4, size=n) for s, n in sizes.items()}
+np.savez("mydata.npz", **arrays)
+```
+
+`load_user_npz("mydata.npz")` checks the whole file before any training starts and names
+the key and the fix for each problem; `describe` summarises what it found.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._common import DatasetError
+from ._prepared import PreparedDataset, Split
+
+__all__ = ["SPLITS", "describe", "load_user_npz"]
+
+SPLITS = ("train", "val", "test")
+_PER_SPLIT = ("x", "y", "lengths", "t")
+_SCALARS = ("n_classes", "vocab_size", "task", "per_step")
+_TASKS = ("classification", "regression")
+
+
+def _allowed_keys() -> list[str]:
+    return [f"{f}_{s}" for s in SPLITS for f in _PER_SPLIT] + list(_SCALARS)
+
+
+class _Reader:
+    """Reads the arrays of one npz file and words errors with the file and key."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        if not path.exists():
+            raise DatasetError(
+                f"{path}: file not found; give the path to an .npz file written with np.savez"
+            )
+        if not path.is_file() or not zipfile.is_zipfile(path):
+            raise DatasetError(
+                f"{path}: not an .npz file; write your arrays with "
+                "np.savez(path, x_train=..., y_train=..., x_val=..., ...)"
+            )
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                self.keys = list(npz.files)
+                self.arrays = {key: self._read(npz, key) for key in self.keys}
+        except DatasetError:
+            raise
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise DatasetError(
+                f"{path}: cannot be read as an .npz file ({e}); write it with np.savez"
+            ) from e
+
+    def _read(self, npz, key: str) -> np.ndarray:
+        try:
+            arr = npz[key]
+        except ValueError as e:
+            raise self.error(
+                key, f"cannot be loaded ({e}); store a numeric numpy array, not Python objects"
+            ) from e
+        if arr.dtype.kind not in "biuf" and key != "task":
+            raise self.error(
+                key,
+                f"has dtype {arr.dtype}; store a numeric array (integer, bool or float), "
+                "not strings, objects or complex numbers",
+            )
+        return arr
+
+    def error(self, key: str, message: str) -> DatasetError:
+        return DatasetError(f"{self.path}: key {key!r} {message}")
+
+
+def _is_int(arr: np.ndarray) -> bool:
+    return arr.dtype.kind in "biu"
+
+
+def _check_finite(r: _Reader, key: str, arr: np.ndarray) -> None:
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise r.error(
+            key,
+            f"contains NaN or Inf (first at index {tuple(int(i) for i in bad)}); replace them "
+            "(pad with zeros, impute or drop the example)",
+        )
+
+
+def _scalar(r: _Reader, key: str, kind: str) -> Any:
+    if key not in r.arrays:
+        return None
+    arr = r.arrays[key]
+    if arr.ndim != 0 and arr.size != 1:
+        raise r.error(key, f"must be a single value, got shape {arr.shape}")
+    value = arr.reshape(()).item()
+    if kind == "int":
+        if not _is_int(arr) or isinstance(value, bool) or value < 1:
+            raise r.error(key, f"must be a positive integer, got {value!r}")
+        return int(value)
+    if kind == "bool":
+        if arr.dtype.kind not in "biu" or value not in (0, 1):
+            raise r.error(key, f"must be True or False, got {value!r}")
+        return bool(value)
+    if arr.dtype.kind != "U" or value not in _TASKS:
+        raise r.error(key, f"must be 'classification' or 'regression', got {value!r}")
+    return value
+
+
+def _check_keys(r: _Reader) -> None:
+    allowed = _allowed_keys()
+    unknown = [k for k in r.keys if k not in allowed]
+    if unknown:
+        raise DatasetError(
+            f"{r.path}: unknown key(s) {', '.join(map(repr, unknown))}; allowed keys are "
+            f"{', '.join(allowed)} (splits are named {', '.join(SPLITS)})"
+        )
+    missing = [f"{f}_{s}" for s in SPLITS for f in ("x", "y") if f"{f}_{s}" not in r.arrays]
+    if missing:
+        raise DatasetError(
+            f"{r.path}: missing required key(s) {', '.join(map(repr, missing))}; the file needs "
+            "x_train, y_train, x_val, y_val, x_test and y_test (split a part of your training "
+            "data off as val if you have none)"
+        )
+
+
+def _check_inputs(r: _Reader) -> tuple[bool, int, int | None]:
+    """Check x of every split; return (tokens, L, D or None)."""
+    first = r.arrays["x_train"]
+    tokens = first.ndim == 2 and _is_int(first)
+    ref_l = ref_d = None
+    for s in SPLITS:
+        key, x = f"x_{s}", r.arrays[f"x_{s}"]
+        if x.ndim == 2 and not _is_int(x):
+            raise r.error(
+                key,
+                f"is float of shape {x.shape} (rank 2); float inputs need shape (N, L, D): "
+                f"for one feature per step save x[..., None]; integer (N, L) arrays are tokens",
+            )
+        if x.ndim not in (2, 3):
+            raise r.error(
+                key,
+                f"has shape {x.shape} (rank {x.ndim}); inputs must be (N, L, D) float features "
+                "or (N, L) integer tokens (flatten extra axes into D, e.g. images to (N, H*W, C))",
+            )
+        if (x.ndim == 2) != tokens:
+            kind = "tokens (N, L) integer" if tokens else "features (N, L, D)"
+            raise r.error(
+                key,
+                f"has shape {x.shape} {x.dtype} but x_train holds {kind}; every split needs the "
+                "same kind of input",
+            )
+        if len(x) == 0:
+            raise r.error(key, "has no examples (N = 0); every split needs at least one")
+        if ref_l is None:
+            ref_l = x.shape[1]
+            ref_d = None if tokens else x.shape[2]
+        elif x.shape[1] != ref_l:
+            raise r.error(
+                key,
+                f"has sequence length L = {x.shape[1]} but x_train has L = {ref_l}; pad every "
+                "split to the same L (and give lengths_{split} for the valid steps)",
+            )
+        elif not tokens and x.shape[2] != ref_d:
+            raise r.error(
+                key,
+                f"has D = {x.shape[2]} features per step but x_train has D = {ref_d}; every "
+                "split needs the same features",
+            )
+        if tokens:
+            if x.min() < 0:
+                raise r.error(
+                    key,
+                    f"has negative token id {int(x.min())}; tokens must be ids 0 .. vocab_size-1 "
+                    "(map your vocabulary to non-negative integers)",
+                )
+        else:
+            _check_finite(r, key, x)
+    return tokens, ref_l, ref_d
+
+
+def _check_rows(r: _Reader, s: str) -> None:
+    n = len(r.arrays[f"x_{s}"])
+    for f in ("y", "lengths", "t"):
+        key = f"{f}_{s}"
+        if key in r.arrays:
+            arr = r.arrays[key]
+            m = len(arr) if arr.ndim else 0
+            if m != n:
+                raise r.error(
+                    key,
+                    f"has {m} rows but x_{s} has {n} examples; give one row per example, in "
+                    "the same order",
+                )
+
+
+def _check_lengths(r: _Reader, s: str, L: int) -> np.ndarray | None:
+    key = f"lengths_{s}"
+    if key not in r.arrays:
+        return None
+    lengths = r.arrays[key]
+    if lengths.ndim != 1:
+        raise r.error(key, f"has shape {lengths.shape}; lengths must be (N,), one per example")
+    if not _is_int(lengths) or lengths.dtype.kind == "b":
+        raise r.error(key, f"has dtype {lengths.dtype}; lengths must be integers")
+    if lengths.min() < 1 or lengths.max() > L:
+        bad = int(np.flatnonzero((lengths < 1) | (lengths > L))[0])
+        raise r.error(
+            key,
+            f"has length {int(lengths[bad])} at example {bad}; every length must be between 1 "
+            f"and L = {L} (the number of valid steps before the padding)",
+        )
+    return lengths.astype(np.int32)
+
+
+def _check_times(r: _Reader, s: str, L: int, lengths: np.ndarray | None) -> np.ndarray | None:
+    key = f"t_{s}"
+    if key not in r.arrays:
+        return None
+    t = r.arrays[key]
+    n = len(r.arrays[f"x_{s}"])
+    if t.shape != (n, L):
+        raise r.error(
+            key,
+            f"has shape {t.shape}; observation times must be (N, L) = {(n, L)}, one time per step",
+        )
+    t = t.astype(np.float32)
+    _check_finite(r, key, t)
+    dt = np.diff(t, axis=1)
+    bad = dt <= 0
+    if lengths is not None:
+        bad &= np.arange(1, L)[None, :] < lengths[:, None]
+    if bad.any():
+        i, j = (int(v) for v in np.argwhere(bad)[0])
+        raise r.error(
+            key,
+            f"is not strictly increasing: example {i} has t[{j}] = {t[i, j]} then "
+            f"t[{j + 1}] = {t[i, j + 1]} (as float32); times must strictly increase over the "
+            "valid steps (sort each sequence by time and drop duplicate times)",
+        )
+    return t
+
+
+def _infer_task(r: _Reader, n_classes: int | None) -> str:
+    task = _scalar(r, "task", "str")
+    if task == "regression" and n_classes is not None:
+        raise r.error("n_classes", "is given but task is 'regression'; drop one of the two keys")
+    if task is not None:
+        return task
+    if n_classes is not None or _is_int(r.arrays["y_train"]):
+        return "classification"
+    return "regression"
+
+
+def _check_labels(r: _Reader, n_classes: int | None) -> tuple[dict[str, np.ndarray], int]:
+    labels = {}
+    for s in SPLITS:
+        key, y = f"y_{s}", r.arrays[f"y_{s}"]
+        if y.ndim != 1:
+            raise r.error(
+                key,
+                f"has shape {y.shape}; classification labels must be (N,), one integer per "
+                "example (for per-step or vector targets, store float regression targets)",
+            )
+        if not _is_int(y):
+            _check_finite(r, key, y)
+            if not np.array_equal(y, np.round(y)):
+                bad = int(np.flatnonzero(y != np.round(y))[0])
+                raise r.error(
+                    key,
+                    f"has non-integer label {y[bad].item()!r} at example {bad}; classification "
+                    "labels must be integers 0 .. n_classes-1 (for real-valued targets use "
+                    "task='regression')",
+                )
+        if y.min() < 0:
+            raise r.error(
+                key,
+                f"has negative label {y.min().item()!r}; labels must be 0 .. n_classes-1 "
+                "(map your classes to consecutive integers from 0)",
+            )
+        labels[s] = y.astype(np.int32)
+    top = max(int(y.max()) for y in labels.values())
+    if n_classes is None:
+        n_classes = top + 1
+    for s, y in labels.items():
+        if y.max() >= n_classes:
+            raise r.error(
+                f"y_{s}",
+                f"has label {int(y.max())} but n_classes is {n_classes}; labels must be "
+                f"0 .. {n_classes - 1} (raise n_classes or fix the labels)",
+            )
+    if n_classes < 2:
+        raise r.error(
+            "y_train",
+            f"gives only {n_classes} class; classification needs at least 2 (set n_classes "
+            "if some classes are missing from the data)",
+        )
+    return labels, n_classes
+
+
+def _check_targets(r: _Reader, L: int) -> tuple[dict[str, np.ndarray], bool, int]:
+    per_step_key = _scalar(r, "per_step", "bool")
+    targets = {}
+    shapes = set()
+    per_step = False
+    for s in SPLITS:
+        key, y = f"y_{s}", r.arrays[f"y_{s}"]
+        if y.ndim == 1:
+            step = False
+        elif y.ndim == 2:
+            step = y.shape[1] == L if per_step_key is None else per_step_key
+        elif y.ndim == 3:
+            step = True
+        else:
+            raise r.error(
+                key,
+                f"has shape {y.shape} (rank {y.ndim}); regression targets must be (N,) or "
+                "(N, K) per sequence, or (N, L) or (N, L, K) per step",
+            )
+        if step and y.shape[1] != L:
+            raise r.error(
+                key,
+                f"has shape {y.shape} but per-step targets need y.shape[1] == L = {L}; "
+                "give one target per step (or set per_step=False for (N, K) targets)",
+            )
+        y = y.astype(np.float32)
+        _check_finite(r, key, y)
+        if step and y.ndim == 2:
+            y = y[:, :, None]
+        targets[s] = y
+        shapes.add(y.shape[1:])
+        per_step = step
+    if len(shapes) > 1:
+        raise r.error(
+            "y_val" if targets["val"].shape[1:] != targets["train"].shape[1:] else "y_test",
+            f"has target shape {sorted(shapes)} across splits; every split needs the same "
+            "target shape as y_train",
+        )
+    target_dim = int(np.prod(targets["train"].shape[2 if per_step else 1 :], dtype=np.int64))
+    return targets, per_step, target_dim
+
+
+def load_user_npz(path: str | os.PathLike, *, name: str | None = None) -> PreparedDataset:
+    """Load and check your own dataset from one `.npz` file (format: this module's docstring).
+
+    The task (classification or regression), number of classes, vocabulary size and sizes are
+    inferred; every problem found raises `DatasetError` naming the file, the key and the fix,
+    before any training starts. Arrays are loaded into memory; save the result with
+    `save_prepared` for a memory-mapped cache.
+
+    **Arguments:**
+    - `path`: the `.npz` file.
+    - `name`: dataset name (default: the file name without `.npz`).
+    """
+    path = Path(path).expanduser()
+    r = _Reader(path)
+    _check_keys(r)
+    tokens, L, D = _check_inputs(r)
+    for s in SPLITS:
+        _check_rows(r, s)
+
+    n_classes_key = _scalar(r, "n_classes", "int")
+    vocab_key = _scalar(r, "vocab_size", "int")
+    task = _infer_task(r, n_classes_key)
+
+    vocab_size = None
+    if tokens:
+        top = max(int(r.arrays[f"x_{s}"].max()) for s in SPLITS)
+        vocab_size = top + 1 if vocab_key is None else vocab_key
+        for s in SPLITS:
+            x = r.arrays[f"x_{s}"]
+            if x.max() >= vocab_size:
+                raise r.error(
+                    f"x_{s}",
+                    f"has token id {int(x.max())} but vocab_size is {vocab_size}; tokens must "
+                    f"be 0 .. {vocab_size - 1} (raise vocab_size or fix the tokens)",
+                )
+    elif vocab_key is not None:
+        raise r.error(
+            "vocab_size", "is given but the inputs are float features, not integer tokens"
+        )
+
+    meta: dict[str, Any] = {"source": str(path), "format": "user_npz", "seq_len": L}
+    if task == "classification":
+        ys, n_classes = _check_labels(r, n_classes_key)
+    else:
+        ys, per_step, target_dim = _check_targets(r, L)
+        n_classes = 0
+        meta.update(per_step=per_step, target_dim=target_dim)
+    meta["in_dim"] = D
+
+    splits = {}
+    for s in SPLITS:
+        x = r.arrays[f"x_{s}"]
+        x = x.astype(np.int32) if tokens else x.astype(np.float32)
+        lengths = _check_lengths(r, s, L)
+        t = _check_times(r, s, L, lengths)
+        splits[s] = Split(x=x, y=ys[s], lengths=lengths, t=t)
+    return PreparedDataset(
+        name=path.name.removesuffix(".npz") if name is None else name,
+        task=task,
+        splits=splits,
+        n_classes=n_classes,
+        vocab_size=vocab_size,
+        meta=meta,
+    )
+
+
+def describe(dataset: PreparedDataset) -> str:
+    """A one-paragraph summary of `dataset` for printing: task, inputs, splits and sizes."""
+    splits = list(dataset.splits.items())
+    x0 = splits[0][1].x
+    if dataset.task == "classification":
+        task = f"classification into {dataset.n_classes} classes"
+    else:
+        y0 = splits[0][1].y
+        per_step = dataset.meta.get("per_step", y0.ndim == 3)
+        shape = y0.shape[2:] if per_step else y0.shape[1:]
+        what = f"{int(np.prod(shape, dtype=np.int64))}-dim" if shape else "scalar"
+        task = f"regression of a {what} target per {'step' if per_step else 'sequence'}"
+    if dataset.vocab_size is not None and x0.ndim == 2:
+        inputs = f"token sequences of length L = {x0.shape[1]} (vocab {dataset.vocab_size})"
+    elif dataset.vocab_size is not None:
+        inputs = f"token inputs of shape {x0.shape[1:]} each (vocab {dataset.vocab_size})"
+    elif x0.ndim == 3:
+        inputs = f"sequences of L = {x0.shape[1]} steps x D = {x0.shape[2]} features"
+    else:
+        inputs = f"inputs of shape {x0.shape[1:]} each ({x0.dtype})"
+    parts = [f"{dataset.name}: {task}; {inputs}."]
+    parts.append("Splits: " + ", ".join(f"{s} N = {len(sp)}" for s, sp in splits) + ".")
+    if any(sp.lengths is not None for _, sp in splits):
+        lo = min(int(np.min(sp.lengths)) for _, sp in splits if sp.lengths is not None)
+        hi = max(int(np.max(sp.lengths)) for _, sp in splits if sp.lengths is not None)
+        parts.append(f"Padded, with valid lengths {lo} .. {hi}.")
+    if any(sp.t is not None for _, sp in splits):
+        parts.append("Irregularly sampled, with observation times t.")
+    return " ".join(parts)

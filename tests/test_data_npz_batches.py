@@ -1,0 +1,502 @@
+"""Your own data as one `.npz` file (`s5jax.data._npz`) and mini-batching (`_batches`).
+
+Every fixture is a real `.npz` written in `tmp_path`; each validation failure is checked
+against the words of its message (file, key and fix).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import numpy as np
+import pytest
+
+from s5jax.data import DatasetError, PreparedDataset, Split, load_prepared, save_prepared
+from s5jax.data import _npz as npz_mod
+from s5jax.data._batches import epoch_order, iterate_batches, num_batches
+from s5jax.data._npz import describe, load_user_npz
+
+SIZES = {"train": 12, "val": 5, "test": 7}
+L, D = 9, 3
+
+
+def _classification(rng=None, n_classes=4):
+    rng = np.random.default_rng(0) if rng is None else rng
+    arrays = {}
+    for s, n in SIZES.items():
+        arrays[f"x_{s}"] = rng.normal(size=(n, L, D)).astype(np.float32)
+        arrays[f"y_{s}"] = np.arange(n) % n_classes
+    return arrays
+
+
+def _write(tmp_path, arrays, name="data.npz"):
+    path = tmp_path / name
+    np.savez(path, **arrays)
+    return path
+
+
+def _fails(tmp_path, arrays, *patterns):
+    path = _write(tmp_path, arrays)
+    with pytest.raises(DatasetError) as info:
+        load_user_npz(path)
+    message = str(info.value)
+    assert str(path) in message
+    for pattern in patterns:
+        assert re.search(pattern, message), (pattern, message)
+    return message
+
+
+# ---------------------------------------------------------------------------- valid files
+
+
+def test_docstring_example_writes_a_valid_file(tmp_path, monkeypatch):
+    code = re.search(r"```python\n(.*?)```", npz_mod.__doc__, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(textwrap.dedent(code), "example", "exec"), {})
+    ds = load_user_npz(tmp_path / "mydata.npz")
+    assert ds.task == "classification" and ds.n_classes == 4 and ds.name == "mydata"
+    assert ds.splits["train"].x.shape == (800, 100, 3)
+
+
+def test_valid_classification(tmp_path):
+    arrays = _classification()
+    arrays["lengths_train"] = np.full(SIZES["train"], L)
+    arrays["lengths_train"][0] = 1
+    ds = load_user_npz(_write(tmp_path, arrays), name="mine")
+    assert ds.name == "mine"
+    assert ds.task == "classification"
+    assert ds.n_classes == 4
+    assert ds.vocab_size is None
+    assert set(ds.splits) == {"train", "val", "test"}
+    train = ds.splits["train"]
+    assert train.x.dtype == np.float32 and train.x.shape == (12, L, D)
+    assert train.y.dtype == np.int32 and train.y.shape == (12,)
+    assert train.lengths.dtype == np.int32 and ds.splits["val"].lengths is None
+    np.testing.assert_array_equal(train.x, arrays["x_train"])
+    assert ds.meta["in_dim"] == D and ds.meta["seq_len"] == L
+    text = describe(ds)
+    assert "classification into 4 classes" in text
+    assert f"L = {L} steps x D = {D} features" in text
+    assert "train N = 12, val N = 5, test N = 7" in text
+    assert "valid lengths 1 .. 9" in text
+    # it survives the prepared-folder round trip
+    loaded = load_prepared(save_prepared(tmp_path / "cache", ds))
+    np.testing.assert_array_equal(loaded.splits["test"].y, ds.splits["test"].y)
+
+
+def test_n_classes_from_all_splits_and_explicit_key(tmp_path):
+    arrays = _classification(n_classes=2)
+    arrays["y_test"][0] = 6  # a class seen only in test
+    assert load_user_npz(_write(tmp_path, arrays)).n_classes == 7
+    arrays["n_classes"] = np.array(10)
+    assert load_user_npz(_write(tmp_path, arrays)).n_classes == 10
+
+
+def test_float_labels_with_n_classes_are_classification(tmp_path):
+    arrays = _classification()
+    for s in SIZES:
+        arrays[f"y_{s}"] = arrays[f"y_{s}"].astype(np.float64)
+    assert load_user_npz(_write(tmp_path, arrays)).task == "regression"
+    arrays["n_classes"] = np.array(4)
+    ds = load_user_npz(_write(tmp_path, arrays))
+    assert ds.task == "classification" and ds.splits["val"].y.dtype == np.int32
+
+
+def test_valid_tokens(tmp_path):
+    rng = np.random.default_rng(1)
+    arrays = {}
+    for s, n in SIZES.items():
+        arrays[f"x_{s}"] = rng.integers(0, 20, size=(n, L)).astype(np.int64)
+        arrays[f"y_{s}"] = rng.integers(0, 3, size=n)
+    arrays["x_val"][0, 0] = 41
+    ds = load_user_npz(_write(tmp_path, arrays))
+    assert ds.vocab_size == 42
+    assert ds.splits["train"].x.dtype == np.int32 and ds.meta["in_dim"] is None
+    assert "token sequences of length L = 9 (vocab 42)" in describe(ds)
+    arrays["vocab_size"] = np.array(64)
+    assert load_user_npz(_write(tmp_path, arrays)).vocab_size == 64
+
+
+def test_valid_per_step_regression_with_times(tmp_path):
+    rng = np.random.default_rng(2)
+    arrays = {}
+    for s, n in SIZES.items():
+        arrays[f"x_{s}"] = rng.normal(size=(n, L, D))
+        arrays[f"y_{s}"] = rng.normal(size=(n, L))
+        arrays[f"t_{s}"] = np.cumsum(rng.uniform(0.1, 1.0, size=(n, L)), axis=1)
+        arrays[f"lengths_{s}"] = rng.integers(1, L + 1, size=n)
+        # after the valid steps (padding) times need not increase
+        arrays[f"t_{s}"][0, arrays[f"lengths_{s}"][0] :] = 0.0
+    ds = load_user_npz(_write(tmp_path, arrays))
+    assert ds.task == "regression" and ds.n_classes == 0
+    assert ds.meta["per_step"] is True and ds.meta["target_dim"] == 1
+    train = ds.splits["train"]
+    assert train.y.shape == (12, L, 1) and train.y.dtype == np.float32
+    assert train.t.shape == (12, L) and train.t.dtype == np.float32
+    text = describe(ds)
+    assert "regression of a 1-dim target per step" in text
+    assert "observation times" in text
+
+
+@pytest.mark.parametrize(
+    ("shape", "per_step", "stored", "per_step_out", "dim"),
+    [
+        ((), None, (), False, 1),
+        ((2,), None, (2,), False, 2),
+        ((L, 2), None, (L, 2), True, 2),
+        ((L,), False, (L,), False, L),
+    ],
+)
+def test_regression_target_shapes(tmp_path, shape, per_step, stored, per_step_out, dim):
+    arrays = _classification()
+    for s, n in SIZES.items():
+        arrays[f"y_{s}"] = np.ones((n, *shape), np.float32)
+    if per_step is not None:
+        arrays["per_step"] = np.array(per_step)
+    ds = load_user_npz(_write(tmp_path, arrays))
+    assert ds.splits["val"].y.shape == (5, *stored)
+    assert ds.meta["per_step"] is per_step_out and ds.meta["target_dim"] == dim
+    assert ("per step" if per_step_out else "per sequence") in describe(ds)
+
+
+def test_describe_a_prepared_dataset():
+    split = Split(x=np.zeros((3, 2, 5), np.int32), y=np.zeros(3, np.int32))
+    ds = PreparedDataset("pairs", "classification", {"train": split}, n_classes=2, vocab_size=7)
+    assert "token inputs of shape (2, 5) each (vocab 7)" in describe(ds)
+
+
+# ----------------------------------------------------------------------- validation errors
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DatasetError, match=r"nope\.npz: file not found"):
+        load_user_npz(tmp_path / "nope.npz")
+
+
+def test_not_an_npz(tmp_path):
+    bad = tmp_path / "data.npz"
+    bad.write_text("x,y\n1,2\n")
+    with pytest.raises(DatasetError, match=r"data\.npz: not an \.npz file.*np\.savez"):
+        load_user_npz(bad)
+    npy = tmp_path / "single.npy"
+    np.save(npy, np.zeros(3))
+    with pytest.raises(DatasetError, match=r"not an \.npz file"):
+        load_user_npz(npy)
+
+
+def test_missing_keys_are_listed(tmp_path):
+    arrays = _classification()
+    del arrays["y_val"], arrays["x_test"]
+    _fails(tmp_path, arrays, r"missing required key\(s\) 'y_val', 'x_test'")
+
+
+def test_unknown_key(tmp_path):
+    arrays = _classification()
+    arrays["length_train"] = np.ones(12, int)
+    _fails(tmp_path, arrays, r"unknown key\(s\) 'length_train'.*lengths_train")
+
+
+def test_object_array(tmp_path):
+    arrays = _classification()
+    arrays["x_val"] = np.array([np.zeros(3), np.zeros(4)], dtype=object)
+    _fails(tmp_path, arrays, r"'x_val' cannot be loaded.*not Python objects")
+
+
+@pytest.mark.parametrize("field", ["y", "lengths", "t"])
+def test_mismatched_rows(tmp_path, field):
+    arrays = _classification()
+    arrays[f"{field}_val"] = {"y": np.zeros(4, int), "lengths": np.ones(4, int)}.get(
+        field, np.tile(np.arange(L, dtype=float), (4, 1))
+    )
+    _fails(tmp_path, arrays, rf"key '{field}_val' has 4 rows but x_val has 5 examples")
+
+
+def test_different_length_across_splits(tmp_path):
+    arrays = _classification()
+    arrays["x_test"] = np.zeros((7, L + 1, D), np.float32)
+    _fails(tmp_path, arrays, r"'x_test' has sequence length L = 10 but x_train has L = 9.*pad")
+
+
+def test_different_features_across_splits(tmp_path):
+    arrays = _classification()
+    arrays["x_val"] = np.zeros((5, L, D + 1), np.float32)
+    _fails(tmp_path, arrays, r"'x_val' has D = 4 features per step but x_train has D = 3")
+
+
+def test_tokens_and_features_mixed(tmp_path):
+    arrays = _classification()
+    arrays["x_val"] = np.zeros((5, L), np.int64)
+    _fails(tmp_path, arrays, r"'x_val' has shape \(5, 9\) int64 but x_train holds features")
+
+
+@pytest.mark.parametrize(
+    ("x", "pattern"),
+    [
+        (np.zeros((12, L), np.float32), r"'x_train' is float of shape \(12, 9\).*x\[\.\.\., None"),
+        (np.zeros((12, L, 2, 2)), r"'x_train' has shape \(12, 9, 2, 2\) \(rank 4\); inputs must"),
+        (np.zeros(12), r"'x_train' has shape \(12,\) \(rank 1\)"),
+    ],
+)  # fmt: skip
+def test_wrong_input_rank(tmp_path, x, pattern):
+    arrays = _classification()
+    arrays["x_train"] = x
+    _fails(tmp_path, arrays, pattern)
+
+
+def test_wrong_label_rank(tmp_path):
+    arrays = _classification()
+    arrays["y_train"] = np.zeros((12, L), int)
+    _fails(tmp_path, arrays, r"'y_train' has shape \(12, 9\); classification labels must be \(N,\)")
+
+
+def test_wrong_target_rank(tmp_path):
+    arrays = _classification()
+    for s, n in SIZES.items():
+        arrays[f"y_{s}"] = np.zeros((n, L, 1, 1))
+    _fails(tmp_path, arrays, r"'y_train' has shape \(12, 9, 1, 1\) \(rank 4\); regression")
+
+
+def test_per_step_target_length(tmp_path):
+    arrays = _classification()
+    for s, n in SIZES.items():
+        arrays[f"y_{s}"] = np.zeros((n, L - 1, 2))
+    _fails(tmp_path, arrays, r"'y_train' has shape \(12, 8, 2\) but per-step targets need")
+
+
+def test_target_shapes_differ_across_splits(tmp_path):
+    arrays = _classification()
+    for s, n in SIZES.items():
+        arrays[f"y_{s}"] = np.zeros((n, 2))
+    arrays["y_test"] = np.zeros((7, 3))
+    _fails(tmp_path, arrays, r"'y_test' has target shape .* same target shape as y_train")
+
+
+def test_labels_out_of_range(tmp_path):
+    arrays = _classification()
+    arrays["n_classes"] = np.array(4)
+    arrays["y_val"][2] = 4
+    _fails(tmp_path, arrays, r"'y_val' has label 4 but n_classes is 4; labels must be 0 \.\. 3")
+
+
+def test_negative_label(tmp_path):
+    arrays = _classification()
+    arrays["y_test"][3] = -1
+    _fails(tmp_path, arrays, r"'y_test' has negative label -1.*consecutive integers from 0")
+
+
+def test_non_integer_label(tmp_path):
+    arrays = _classification()
+    arrays["y_train"] = arrays["y_train"].astype(np.float32)
+    arrays["y_train"][5] = 1.5
+    arrays["task"] = np.array("classification")
+    _fails(tmp_path, arrays, r"'y_train' has non-integer label 1\.5 at example 5.*regression")
+
+
+def test_single_class(tmp_path):
+    arrays = _classification()
+    for s, n in SIZES.items():
+        arrays[f"y_{s}"] = np.zeros(n, int)
+    _fails(tmp_path, arrays, r"only 1 class; classification needs at least 2.*n_classes")
+
+
+@pytest.mark.parametrize("key", ["x_val", "y_val", "t_val"])
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_nan_or_inf(tmp_path, key, value):
+    arrays = _classification()
+    for s, n in SIZES.items():
+        arrays[f"y_{s}"] = np.zeros((n, 2))
+    arrays["t_val"] = np.tile(np.arange(L, dtype=float), (5, 1))
+    arrays[key] = arrays[key].copy()
+    arrays[key][1, 1] = value
+    _fails(tmp_path, arrays, rf"'{key}' contains NaN or Inf \(first at index \(1, 1.*pad")
+
+
+@pytest.mark.parametrize("bad", [0, L + 1])
+def test_lengths_out_of_range(tmp_path, bad):
+    arrays = _classification()
+    arrays["lengths_test"] = np.full(7, L)
+    arrays["lengths_test"][4] = bad
+    _fails(tmp_path, arrays, rf"'lengths_test' has length {bad} at example 4.*between 1 and L = 9")
+
+
+def test_lengths_not_integer(tmp_path):
+    arrays = _classification()
+    arrays["lengths_train"] = np.full(12, 3.0)
+    _fails(tmp_path, arrays, r"'lengths_train' has dtype float64; lengths must be integers")
+
+
+def test_times_not_increasing(tmp_path):
+    arrays = _classification()
+    t = np.tile(np.arange(L, dtype=float), (12, 1))
+    t[3, 5] = t[3, 4]
+    arrays["t_train"] = t
+    _fails(tmp_path, arrays, r"'t_train' is not strictly increasing: example 3 has t\[4\] = 4\.0")
+    # inside the valid steps given by lengths it still fails, outside it passes
+    arrays["lengths_train"] = np.full(12, L)
+    arrays["lengths_train"][3] = 6
+    _fails(tmp_path, arrays, "not strictly increasing")
+    arrays["lengths_train"][3] = 5
+    assert load_user_npz(_write(tmp_path, arrays)).splits["train"].t is not None
+
+
+def test_times_wrong_shape(tmp_path):
+    arrays = _classification()
+    arrays["t_val"] = np.zeros((5, L, 1))
+    _fails(tmp_path, arrays, r"'t_val' has shape \(5, 9, 1\); observation times must be \(N, L\)")
+
+
+def test_negative_tokens(tmp_path):
+    arrays = {}
+    for s, n in SIZES.items():
+        arrays[f"x_{s}"] = np.ones((n, L), np.int32)
+        arrays[f"y_{s}"] = np.arange(n) % 2
+    arrays["x_test"][0, 0] = -3
+    _fails(tmp_path, arrays, r"'x_test' has negative token id -3.*non-negative")
+
+
+def test_tokens_beyond_vocab_size(tmp_path):
+    arrays = {}
+    for s, n in SIZES.items():
+        arrays[f"x_{s}"] = np.ones((n, L), np.int32)
+        arrays[f"y_{s}"] = np.arange(n) % 2
+    arrays["x_val"][0, 0] = 8
+    arrays["vocab_size"] = np.array(8)
+    _fails(tmp_path, arrays, r"'x_val' has token id 8 but vocab_size is 8")
+
+
+def test_bad_scalar_keys(tmp_path):
+    arrays = _classification()
+    arrays["n_classes"] = np.array([4, 5])
+    _fails(tmp_path, arrays, r"'n_classes' must be a single value")
+    arrays["n_classes"] = np.array(2.5)
+    _fails(tmp_path, arrays, r"'n_classes' must be a positive integer")
+    del arrays["n_classes"]
+    arrays["task"] = np.array("segmentation")
+    _fails(tmp_path, arrays, r"'task' must be 'classification' or 'regression'")
+    arrays["task"] = np.array("regression")
+    arrays["n_classes"] = np.array(4)
+    _fails(tmp_path, arrays, r"'n_classes' is given but task is 'regression'")
+    del arrays["task"], arrays["n_classes"]
+    arrays["vocab_size"] = np.array(4)
+    _fails(tmp_path, arrays, r"'vocab_size' is given but the inputs are float features")
+
+
+def test_empty_split(tmp_path):
+    arrays = _classification()
+    arrays["x_val"] = np.zeros((0, L, D), np.float32)
+    arrays["y_val"] = np.zeros(0, int)
+    _fails(tmp_path, arrays, r"'x_val' has no examples")
+
+
+# ----------------------------------------------------------------------------- batching
+
+
+def _split(n=23, with_extras=True):
+    x = np.arange(n * 4, dtype=np.float32).reshape(n, 2, 2)
+    y = np.arange(n, dtype=np.int32)
+    if not with_extras:
+        return Split(x=x, y=y)
+    lengths = (np.arange(n) % 2 + 1).astype(np.int32)
+    t = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+    return Split(x=x, y=y, lengths=lengths, t=t)
+
+
+def _seen(batches):
+    return np.concatenate([b["y"][b["mask"]] for b in batches])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("n", [1, 7, 8, 23])
+def test_each_example_once_per_epoch_with_static_shapes(shuffle, n):
+    split = _split(n)
+    batches = list(iterate_batches(split, 8, shuffle=shuffle, seed=3, epoch=1))
+    assert len(batches) == num_batches(n, 8, True) == -(-n // 8)
+    seen = _seen(batches)
+    assert sorted(seen.tolist()) == list(range(n))
+    if not shuffle:
+        np.testing.assert_array_equal(seen, np.arange(n))
+    for b in batches:
+        assert set(b) == {"x", "y", "lengths", "t", "mask"}
+        assert b["x"].shape == (8, 2, 2) and b["y"].shape == (8,) and b["mask"].shape == (8,)
+        assert b["lengths"].shape == (8,) and b["t"].shape == (8, 2)
+        assert b["mask"].dtype == np.bool_
+        # every field stays aligned with its row
+        rows = b["y"]
+        np.testing.assert_array_equal(b["x"], split.x[rows])
+        np.testing.assert_array_equal(b["lengths"], split.lengths[rows])
+        np.testing.assert_array_equal(b["t"], split.t[rows])
+    # padding repeats the batch's first row, masked out, at the end
+    last = batches[-1]
+    real = n - 8 * (len(batches) - 1)
+    assert last["mask"].tolist() == [True] * real + [False] * (8 - real)
+    assert (last["y"][real:] == last["y"][0]).all()
+
+
+def test_optional_fields_absent():
+    batches = list(iterate_batches(_split(5, with_extras=False), 4, shuffle=False))
+    assert all(set(b) == {"x", "y", "mask"} for b in batches)
+
+
+def test_short_or_dropped_last_batch():
+    split = _split(10)
+    short = list(iterate_batches(split, 4, shuffle=True, pad_last=False))
+    assert [len(b["y"]) for b in short] == [4, 4, 2] and all(b["mask"].all() for b in short)
+    assert sorted(_seen(short).tolist()) == list(range(10))
+    dropped = list(iterate_batches(split, 4, shuffle=True, drop_last=True))
+    assert len(dropped) == num_batches(10, 4, drop_last=True) == 2
+    np.testing.assert_array_equal(_seen(dropped), _seen(short)[:8])
+    assert num_batches(10, 4, False) == 3 and num_batches(0, 4) == 0
+
+
+def test_shuffle_is_deterministic_per_seed_and_epoch():
+    split = _split(40)
+
+    def order(seed, epoch):
+        return _seen(iterate_batches(split, 8, shuffle=True, seed=seed, epoch=epoch))
+
+    np.testing.assert_array_equal(order(0, 2), order(0, 2))
+    np.testing.assert_array_equal(order(0, 2), epoch_order(40, shuffle=True, seed=0, epoch=2))
+    assert not np.array_equal(order(0, 2), order(0, 3))
+    assert not np.array_equal(order(0, 2), order(1, 2))
+    assert not np.array_equal(order(0, 0), np.arange(40))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_skip_equals_dropping_first_batches(shuffle):
+    split = _split(29)
+    full = list(iterate_batches(split, 6, shuffle=shuffle, seed=5, epoch=4))
+    for k in range(len(full) + 1):
+        resumed = list(iterate_batches(split, 6, shuffle=shuffle, seed=5, epoch=4, skip=k))
+        assert len(resumed) == len(full) - k
+        for a, b in zip(full[k:], resumed):
+            assert a.keys() == b.keys()
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_bad_arguments():
+    split = _split(10)
+    with pytest.raises(ValueError, match="past the end"):
+        next(iterate_batches(split, 4, shuffle=False, skip=4))
+    with pytest.raises(ValueError, match="skip must be"):
+        next(iterate_batches(split, 4, shuffle=False, skip=-1))
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        num_batches(10, 0)
+    with pytest.raises(ValueError, match="non-negative"):
+        epoch_order(10, shuffle=True, seed=-1)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_memmap_split(tmp_path, shuffle):
+    split = _split(50)
+    ds = PreparedDataset("mm", "classification", {"train": split}, n_classes=50)
+    loaded = load_prepared(save_prepared(tmp_path / "mm", ds)).splits["train"]
+    assert isinstance(loaded.x, np.memmap)
+    batches = list(iterate_batches(loaded, 16, shuffle=shuffle, seed=1))
+    expected = list(iterate_batches(split, 16, shuffle=shuffle, seed=1))
+    for a, b in zip(batches, expected):
+        for key in a:
+            assert type(a[key]) is np.ndarray  # copied rows, not views of the map
+            np.testing.assert_array_equal(a[key], b[key])
+    assert sorted(_seen(batches).tolist()) == list(range(50))
