@@ -1,9 +1,61 @@
-"""Equinox modules for S5: the SSM layer, and parameter roles for the optimiser groups.
+"""Equinox modules for S5: the SSM layer, the deep models built from it, and parameter roles
+for the optimiser groups.
 
-Modules handle one example; batch them with `jax.vmap`.
+Modules handle one example; batch them with `jax.vmap` (with `axis_name="batch"` for models
+with BatchNorm).
 """
 
+from ._dense import Dense
+from ._discrete import DiscreteSSM
+from ._encoders import DenseEncoder, EmbeddingEncoder, PendulumCNN
+from ._heads import (
+    POOLINGS,
+    ClassificationHead,
+    GaussianHead,
+    RegressionHead,
+    RetrievalHead,
+    accuracy,
+    gaussian_nll,
+    gaussian_variance,
+    mse,
+    nll_loss,
+    pool,
+)
+from ._layers import ACTIVATIONS, SequenceLayer, TiedDropout
+from ._model import S5Model, build_model, count_parameters, parameter_breakdown
+from ._norm import BatchNorm, LayerNorm
 from ._ssm import S5SSM
 from ._tags import DEFAULT_GROUPS, ROLES, param_field, parameter_roles
 
-__all__ = ["DEFAULT_GROUPS", "ROLES", "S5SSM", "param_field", "parameter_roles"]
+__all__ = [
+    "ACTIVATIONS",
+    "DEFAULT_GROUPS",
+    "POOLINGS",
+    "ROLES",
+    "S5SSM",
+    "BatchNorm",
+    "ClassificationHead",
+    "Dense",
+    "DenseEncoder",
+    "DiscreteSSM",
+    "EmbeddingEncoder",
+    "GaussianHead",
+    "LayerNorm",
+    "PendulumCNN",
+    "RegressionHead",
+    "RetrievalHead",
+    "S5Model",
+    "SequenceLayer",
+    "TiedDropout",
+    "accuracy",
+    "build_model",
+    "count_parameters",
+    "gaussian_nll",
+    "gaussian_variance",
+    "mse",
+    "nll_loss",
+    "param_field",
+    "parameter_breakdown",
+    "parameter_roles",
+    "pool",
+]

@@ -1,0 +1,196 @@
+"""Pooling, output heads, losses and metrics (reference semantics §4 and datasets.md §1.8).
+
+Heads act on one example; the loss and metric functions act on a batch of head outputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from ._dense import Dense
+
+__all__ = [
+    "POOLINGS",
+    "ClassificationHead",
+    "GaussianHead",
+    "RegressionHead",
+    "RetrievalHead",
+    "accuracy",
+    "gaussian_nll",
+    "gaussian_variance",
+    "mse",
+    "nll_loss",
+    "pool",
+]
+
+POOLINGS = ("mean", "masked_mean", "last", "none")
+VARIANCE_FLOOR = 1e-6
+
+
+def pool(
+    x: Float[Array, "L H"], method: str, length: Int[Array, ""] | int | None = None
+) -> Float[Array, "..."]:
+    """Pool one sequence over time.
+
+    **Arguments:**
+    - `x`: (L, H).
+    - `method`: `"mean"` (all L steps), `"masked_mean"` (the first `length` steps: padding is
+      ignored), `"last"` (step L − 1; an error when `length` is given, since padding would be
+      pooled), or `"none"` (every step kept).
+    - `length`: number of valid steps (masked_mean only).
+
+    **Returns:** (H,), or (L, H) for `"none"`.
+    """
+    if method == "mean":
+        return jnp.mean(x, axis=0)
+    if method == "masked_mean":
+        if length is None:
+            raise ValueError("masked_mean pooling needs the sequence length")
+        mask = jnp.arange(x.shape[0]) < length
+        total = jnp.sum(jnp.where(mask[:, None], x, jnp.zeros_like(x)), axis=0)
+        count = jnp.maximum(jnp.asarray(length, x.dtype), jnp.asarray(1, x.dtype))
+        return total / count
+    if method == "last":
+        if length is not None:
+            raise ValueError("'last' pooling cannot be used with padded sequences (lengths given)")
+        return x[-1]
+    if method == "none":
+        return x
+    raise ValueError(f"pooling must be one of {POOLINGS}, got {method!r}")
+
+
+class ClassificationHead(eqx.Module):
+    """Dense(H → classes) followed by log-softmax.
+
+    **Arguments:** `H`, `n_classes`, `dtype`, and a keyword-only `key`.
+    """
+
+    decoder: Dense
+
+    def __init__(self, H: int, n_classes: int, *, dtype=jnp.float32, key: PRNGKeyArray):
+        self.decoder = Dense(H, n_classes, dtype=dtype, key=key)
+
+    def __call__(self, z: Float[Array, "*L H"]) -> Float[Array, "*L C"]:
+        """**Arguments:** `z` (H,) pooled (or (L, H)). **Returns:** log-probabilities."""
+        return jax.nn.log_softmax(self.decoder(z), axis=-1)
+
+
+class RegressionHead(eqx.Module):
+    """Dense(H → outputs): a point prediction, trained with the MSE.
+
+    **Arguments:** `H`, `n_outputs`, `dtype`, and a keyword-only `key`.
+    """
+
+    decoder: Dense
+
+    def __init__(self, H: int, n_outputs: int, *, dtype=jnp.float32, key: PRNGKeyArray):
+        self.decoder = Dense(H, n_outputs, dtype=dtype, key=key)
+
+    def __call__(self, z: Float[Array, "*L H"]) -> Float[Array, "*L D"]:
+        """**Arguments:** `z` (H,) or (L, H). **Returns:** predictions (…, n_outputs)."""
+        return self.decoder(z)
+
+
+def gaussian_variance(ell: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+    """σ² = exp(ℓ) if ℓ < 0 else ℓ + 1 (CRU's "elu + 1": positive, smooth at 0)."""
+    return jnp.where(ell < 0, jnp.exp(jnp.minimum(ell, jnp.zeros_like(ell))), ell + 1)
+
+
+class GaussianHead(eqx.Module):
+    """Per-step Gaussian prediction: two MLPs (H → 30 → ReLU → D) for μ and ℓ; σ² from ℓ.
+
+    **Arguments:** `H`, `n_outputs` (D), `hidden` (30), `dtype`, and a keyword-only `key`.
+    """
+
+    mean_hidden: Dense
+    mean_out: Dense
+    var_hidden: Dense
+    var_out: Dense
+
+    def __init__(
+        self, H: int, n_outputs: int, *, hidden: int = 30, dtype=jnp.float32, key: PRNGKeyArray
+    ):
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        self.mean_hidden = Dense(H, hidden, dtype=dtype, key=k1)
+        self.mean_out = Dense(hidden, n_outputs, dtype=dtype, key=k2)
+        self.var_hidden = Dense(H, hidden, dtype=dtype, key=k3)
+        self.var_out = Dense(hidden, n_outputs, dtype=dtype, key=k4)
+
+    def __call__(self, z: Float[Array, "L H"]) -> tuple[Float[Array, "L D"], Float[Array, "L D"]]:
+        """**Arguments:** `z` (L, H). **Returns:** `(mean, variance)`, each (L, D)."""
+        mean = self.mean_out(jax.nn.relu(self.mean_hidden(z)))
+        ell = self.var_out(jax.nn.relu(self.var_hidden(z)))
+        return mean, gaussian_variance(ell)
+
+
+class RetrievalHead(eqx.Module):
+    """Dual-encoder matching: [o0, o1, o0 − o1, o0 ⊙ o1] → Dense(H) → GELU → Dense(2).
+
+    **Arguments:** `H`, `n_classes` (2), `gelu_approximate`, `dtype`, keyword-only `key`.
+    """
+
+    hidden: Dense
+    decoder: Dense
+    gelu_approximate: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        H: int,
+        n_classes: int = 2,
+        *,
+        gelu_approximate: bool = True,
+        dtype=jnp.float32,
+        key: PRNGKeyArray,
+    ):
+        k1, k2 = jax.random.split(key)
+        self.hidden = Dense(4 * H, H, dtype=dtype, key=k1)
+        self.decoder = Dense(H, n_classes, dtype=dtype, key=k2)
+        self.gelu_approximate = gelu_approximate
+
+    @staticmethod
+    def features(o0: Float[Array, " H"], o1: Float[Array, " H"]) -> Float[Array, " H4"]:
+        """[o0, o1, o0 − o1, o0 ⊙ o1], (4H,)."""
+        return jnp.concatenate([o0, o1, o0 - o1, o0 * o1])
+
+    def __call__(self, o0: Float[Array, " H"], o1: Float[Array, " H"]) -> Float[Array, " C"]:
+        """**Arguments:** the pooled documents o0, o1 (H,). **Returns:** log-probabilities."""
+        h = jax.nn.gelu(self.hidden(self.features(o0, o1)), approximate=self.gelu_approximate)
+        return jax.nn.log_softmax(self.decoder(h), axis=-1)
+
+
+# --- losses and metrics on a batch -----------------------------------------------------------
+
+
+def nll_loss(log_probs: Float[Array, "B C"], labels: Int[Array, " B"]) -> Float[Array, ""]:
+    """Mean negative log-likelihood of integer labels under log-probabilities."""
+    picked = jnp.take_along_axis(log_probs, labels[:, None].astype(jnp.int32), axis=1)
+    return -jnp.mean(picked)
+
+
+def accuracy(log_probs: Float[Array, "B C"], labels: Int[Array, " B"]) -> Float[Array, ""]:
+    """Fraction of examples whose arg-max class is the label."""
+    hits = jnp.argmax(log_probs, axis=-1) == labels.astype(jnp.int32)
+    return jnp.mean(hits.astype(log_probs.dtype))
+
+
+def mse(prediction: Float[Array, "*shape"], target: Float[Array, "*shape"]) -> Float[Array, ""]:
+    """Mean squared error over every entry (the loss of regression, the pendulum metric)."""
+    return jnp.mean(jnp.square(prediction - target.astype(prediction.dtype)))
+
+
+def gaussian_nll(
+    mean: Float[Array, "B L D"], variance: Float[Array, "B L D"], target: Float[Array, "B L D"]
+) -> Float[Array, ""]:
+    """Gaussian negative log-likelihood, σ² floored at 1e-6, summed over D, averaged over
+    time then batch: mean_b mean_t 0.5·Σ_d [log σ² + (μ − y)²/σ² + log 2π].
+    """
+    var = jnp.maximum(variance, jnp.asarray(VARIANCE_FLOOR, variance.dtype))
+    err = jnp.square(mean - target.astype(mean.dtype))
+    log2pi = jnp.asarray(math.log(2 * math.pi), var.dtype)
+    per_step = 0.5 * jnp.sum(jnp.log(var) + err / var + log2pi, axis=-1)
+    return jnp.mean(jnp.mean(per_step, axis=-1))

@@ -1,0 +1,164 @@
+"""One S5 sequence layer (reference semantics §4): norm, SSM, activation, residual.
+
+    skip = x; prenorm: x = norm(x); x = ssm(x); x = activation(x); x = skip + x;
+    postnorm: x = norm(x)
+
+Activations, with `drop` the tied dropout of `TiedDropout` (the authors' names):
+
+- `gelu`:      drop(gelu(y))
+- `full_glu`:  g = drop(gelu(y)); drop(W1 g ⊙ σ(W2 g))
+- `half_glu1`: g = drop(gelu(y)); drop(g ⊙ σ(W2 g))      (App. G.1's weighted sigmoid gate)
+- `half_glu2`: g = drop(gelu(y)); drop(y ⊙ σ(W2 g))      (the value path is the raw SSM output)
+
+GELU is the tanh approximation by default, as in the authors' code.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
+
+from ._dense import Dense
+from ._discrete import DiscreteSSM
+from ._norm import BatchNorm, LayerNorm
+from ._ssm import S5SSM
+
+__all__ = ["ACTIVATIONS", "SequenceLayer", "TiedDropout"]
+
+ACTIVATIONS = ("gelu", "full_glu", "half_glu1", "half_glu2")
+
+
+class TiedDropout(eqx.Module):
+    """Dropout with one mask per sequence and channel, shared across time.
+
+    Kept entries are scaled by 1/(1 − p) (flax's `Dropout(broadcast_dims=[0])`).
+
+    **Arguments:** `p`: the probability of dropping a channel.
+    """
+
+    p: float = eqx.field(static=True)
+
+    def __call__(
+        self, x: Float[Array, "L H"], *, key: PRNGKeyArray | None, inference: bool
+    ) -> Float[Array, "L H"]:
+        """**Arguments:** `x` (L, H); `key` (may be None at inference or when p = 0);
+        `inference` switches dropout off.
+
+        **Returns:** (L, H).
+        """
+        if inference or self.p == 0:
+            return x
+        if key is None:
+            raise ValueError("TiedDropout needs a key in training mode (inference=False)")
+        keep = jax.random.bernoulli(key, 1.0 - self.p, (1, x.shape[1]))
+        scaled = x / jnp.asarray(1.0 - self.p, x.dtype)
+        return jnp.where(jnp.broadcast_to(keep, x.shape), scaled, jnp.zeros_like(x))
+
+
+def _split(key: PRNGKeyArray | None, n: int):
+    return (None,) * n if key is None else tuple(jax.random.split(key, n))
+
+
+class SequenceLayer(eqx.Module):
+    """A residual block around one SSM: norm, SSM, activation, dropout and skip connection.
+
+    **Arguments:**
+    - `ssm`: an `S5SSM` or `DiscreteSSM` of width H.
+    - `norm`: `"batch"` or `"layer"`.
+    - `prenorm`: normalise before the SSM (else after the residual sum).
+    - `activation`: one of `ACTIVATIONS`.
+    - `dropout`: probability of the tied dropout.
+    - `gelu_approximate`: tanh-approximate GELU (the authors') or the exact erf form.
+    - `bn_momentum`: running-statistics momentum of BatchNorm.
+    - `dtype`: real dtype of the parameters.
+    - `key`: PRNG key (keyword-only) for the gate's dense layers.
+    """
+
+    ssm: S5SSM | DiscreteSSM
+    norm: BatchNorm | LayerNorm
+    out1: Dense | None
+    out2: Dense | None
+    drop: TiedDropout
+    activation: str = eqx.field(static=True)
+    prenorm: bool = eqx.field(static=True)
+    gelu_approximate: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        ssm: S5SSM | DiscreteSSM,
+        *,
+        norm: str = "batch",
+        prenorm: bool = True,
+        activation: str = "half_glu1",
+        dropout: float = 0.0,
+        gelu_approximate: bool = True,
+        bn_momentum: float = 0.9,
+        dtype=jnp.float32,
+        key: PRNGKeyArray,
+    ):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        H = ssm.H
+        if norm == "batch":
+            self.norm = BatchNorm(H, momentum=bn_momentum, dtype=dtype)
+        elif norm == "layer":
+            self.norm = LayerNorm(H, dtype=dtype)
+        else:
+            raise ValueError(f"norm must be 'batch' or 'layer', got {norm!r}")
+        k1, k2 = jax.random.split(key)
+        self.ssm = ssm
+        self.out1 = Dense(H, H, dtype=dtype, key=k1) if activation == "full_glu" else None
+        self.out2 = Dense(H, H, dtype=dtype, key=k2) if activation != "gelu" else None
+        self.drop = TiedDropout(dropout)
+        self.activation, self.prenorm = activation, prenorm
+        self.gelu_approximate = gelu_approximate
+
+    def activate(
+        self, y: Float[Array, "L H"], *, key: PRNGKeyArray | None = None, inference: bool = True
+    ) -> Float[Array, "L H"]:
+        """The activation (with its dropouts) applied to the SSM output y (L, H)."""
+        k1, k2 = _split(key, 2)
+        g = jax.nn.gelu(y, approximate=self.gelu_approximate)
+        g = self.drop(g, key=k1, inference=inference)
+        if self.activation == "gelu":
+            return g
+        gate = jax.nn.sigmoid(self.out2(g))
+        if self.activation == "full_glu":
+            out = self.out1(g) * gate
+        elif self.activation == "half_glu1":
+            out = g * gate
+        else:
+            out = y * gate
+        return self.drop(out, key=k2, inference=inference)
+
+    def __call__(
+        self,
+        x: Float[Array, "L H"],
+        state: eqx.nn.State,
+        *,
+        key: PRNGKeyArray | None = None,
+        inference: bool = False,
+        step_rescale: float | Float[Array, ""] = 1.0,
+        dt: Float[Array, " L"] | None = None,
+        resets: Bool[Array, " L"] | None = None,
+    ) -> tuple[Float[Array, "L H"], eqx.nn.State]:
+        """Apply the layer to one sequence (call under `jax.vmap(..., axis_name="batch")`).
+
+        **Arguments:**
+        - `x`: (L, H); `state`: the model state (BatchNorm running statistics).
+        - `key`: dropout key (may be None at inference or without dropout).
+        - `inference`: switch off dropout; BatchNorm uses its running statistics.
+        - `step_rescale`, `dt`, `resets`: passed to the SSM (see `S5SSM.__call__`).
+
+        **Returns:** `(y, state)` with y (L, H).
+        """
+        skip = x
+        if self.prenorm:
+            x, state = self.norm(x, state, inference=inference)
+        x = self.ssm(x, step_rescale=step_rescale, dt=dt, resets=resets)
+        x = skip + self.activate(x, key=key, inference=inference)
+        if not self.prenorm:
+            x, state = self.norm(x, state, inference=inference)
+        return x, state

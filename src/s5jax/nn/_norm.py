@@ -1,0 +1,132 @@
+"""Normalisation layers of the S5 sequence layer (reference semantics §4).
+
+`BatchNorm` computes its statistics over batch × time for each feature, as the authors' flax
+model does: a module sees one (L, H) sequence, reduces over time itself and over the batch with
+`jax.lax.pmean(..., axis_name)`, so the model must be called under
+`jax.vmap(..., axis_name="batch")`. Its running statistics live in an `equinox.nn.State`.
+`LayerNorm` normalises each step over its H features. Both share one calling convention,
+`norm(x, state, *, inference) -> (y, state)`, so a layer can hold either.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+__all__ = ["BatchNorm", "LayerNorm"]
+
+
+def _row(v: Float[Array, " H"], like: Float[Array, "L H"]) -> Float[Array, "L H"]:
+    return jnp.broadcast_to(v[None, :], like.shape)
+
+
+class BatchNorm(eqx.Module):
+    """Batch normalisation over batch × time per feature, with flax's running statistics.
+
+    Training (`inference=False`): normalise with the batch mean and the biased batch variance
+    over all B·L positions (padding included), and update the running statistics as
+    `running = momentum · running + (1 − momentum) · batch_statistic`. Inference: normalise
+    with the running statistics; the state is returned unchanged. y = scale · x̂ + bias.
+
+    **Arguments:**
+    - `H`: number of features.
+    - `momentum`: weight of the old running statistic (flax convention; 0.9 or 0.95 in the paper).
+    - `eps`: added to the variance (1e-5 as flax).
+    - `axis_name`: the `jax.vmap` axis name of the batch.
+    - `dtype`: real dtype of the parameters and statistics.
+    """
+
+    weight: Float[Array, " H"]
+    bias: Float[Array, " H"]
+    state_index: eqx.nn.StateIndex
+    H: int = eqx.field(static=True)
+    momentum: float = eqx.field(static=True)
+    eps: float = eqx.field(static=True)
+    axis_name: str = eqx.field(static=True)
+
+    def __init__(
+        self,
+        H: int,
+        *,
+        momentum: float = 0.9,
+        eps: float = 1e-5,
+        axis_name: str = "batch",
+        dtype=jnp.float32,
+    ):
+        if not 0 <= momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+        self.weight = jnp.ones((H,), dtype)
+        self.bias = jnp.zeros((H,), dtype)
+        self.state_index = eqx.nn.StateIndex((jnp.zeros((H,), dtype), jnp.ones((H,), dtype)))
+        self.H, self.momentum, self.eps, self.axis_name = H, momentum, eps, axis_name
+
+    def __call__(
+        self, x: Float[Array, "L H"], state: eqx.nn.State, *, inference: bool = False
+    ) -> tuple[Float[Array, "L H"], eqx.nn.State]:
+        """Normalise one sequence of a batch (call under `jax.vmap(..., axis_name=...)`).
+
+        **Arguments:**
+        - `x`: one sequence (L, H).
+        - `state`: the model state holding the running (mean, var).
+        - `inference`: use the running statistics instead of the batch's.
+
+        **Returns:** `(y, state)`, y (L, H); in training, the state has the updated statistics.
+        """
+        if x.ndim != 2 or x.shape[1] != self.H:
+            raise ValueError(f"BatchNorm expects (L, {self.H}), got {x.shape}")
+        x = x.astype(self.weight.dtype)
+        running_mean, running_var = state.get(self.state_index)
+        if inference:
+            mean, var = running_mean, running_var
+        else:
+            # Every example has the same L, so the mean of per-example means is the mean
+            # over batch × time.
+            try:
+                mean = jax.lax.pmean(jnp.mean(x, axis=0), self.axis_name)
+            except NameError as error:
+                raise ValueError(
+                    f"BatchNorm in training mode reduces over the batch: call the model under "
+                    f"jax.vmap(..., axis_name={self.axis_name!r}) (or pass inference=True)"
+                ) from error
+            var = jax.lax.pmean(jnp.mean(jnp.square(x - _row(mean, x)), axis=0), self.axis_name)
+            m = jnp.asarray(self.momentum, x.dtype)
+            new = (m * running_mean + (1 - m) * mean, m * running_var + (1 - m) * var)
+            state = state.set(self.state_index, new)
+        inv = jax.lax.rsqrt(var + jnp.asarray(self.eps, x.dtype)) * self.weight
+        return (x - _row(mean, x)) * _row(inv, x) + _row(self.bias, x), state
+
+
+class LayerNorm(eqx.Module):
+    """Layer normalisation over the H features of each step, with scale and bias (flax's).
+
+    **Arguments:**
+    - `H`: number of features.
+    - `eps`: added to the variance (1e-6 as flax).
+    - `dtype`: real dtype of the parameters.
+    """
+
+    weight: Float[Array, " H"]
+    bias: Float[Array, " H"]
+    H: int = eqx.field(static=True)
+    eps: float = eqx.field(static=True)
+
+    def __init__(self, H: int, *, eps: float = 1e-6, dtype=jnp.float32):
+        self.weight = jnp.ones((H,), dtype)
+        self.bias = jnp.zeros((H,), dtype)
+        self.H, self.eps = H, eps
+
+    def __call__(
+        self, x: Float[Array, "L H"], state: eqx.nn.State, *, inference: bool = False
+    ) -> tuple[Float[Array, "L H"], eqx.nn.State]:
+        """**Arguments:** `x` (L, H); `state` and `inference` are passed through unused.
+
+        **Returns:** `(y, state)` with y (L, H).
+        """
+        del inference
+        x = x.astype(self.weight.dtype)
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+        y = (x - mean) * jax.lax.rsqrt(var + jnp.asarray(self.eps, x.dtype))
+        return y * _row(self.weight, x) + _row(self.bias, x), state
