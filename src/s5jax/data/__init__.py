@@ -6,6 +6,7 @@ atomically (see `PreparedDataset`) and returns it memory-mapped. Nothing is down
 """
 
 from ._aan import prepare_retrieval
+from ._batches import epoch_order, iterate_batches, num_batches
 from ._cifar import prepare_image, prepare_scifar
 from ._common import (
     DatasetError,
@@ -25,6 +26,7 @@ from ._listops import (
     prepare_listops,
 )
 from ._mnist import bitreversal_permutation, prepare_psmnist, prepare_smnist
+from ._npz import describe, load_user_npz
 from ._pathfinder import prepare_pathfinder
 from ._pendulum import (
     PENDULUM_FILENAME,
@@ -52,13 +54,18 @@ __all__ = [
     "atomic_write_text",
     "bitreversal_permutation",
     "data_root",
+    "describe",
+    "epoch_order",
     "evaluate_listops",
     "generate_listops",
     "generate_listops_examples",
     "generate_pendulum_npz",
+    "iterate_batches",
     "listops_tokenize",
     "load_pendulum_npz",
     "load_prepared",
+    "load_user_npz",
+    "num_batches",
     "observation_intervals",
     "prepare_image",
     "prepare_listops",

@@ -159,6 +159,7 @@ def prepare_text(
                 "tokenizer": "UTF-8 text, one token per character (code point); truncate to "
                 "l_max-1, append <eos>; pad with <pad>=0",
                 "reference": "datasets.md §2.3 (S4/S5 IMDB, char level); S5 one-hot IN_DIM = 135",
+                "one_hot_width": 135,  # the authors' one-hot input width (model parameter count)
             },
         )
         save_prepared(out, dataset)

@@ -427,6 +427,7 @@ def prepare_listops(
                 "tokenizer": "']'->'X', drop '(' ')', split on whitespace; truncate to "
                 "l_max-1, append <eos>; pad with <pad>=0",
                 "reference": "datasets.md §2.1 (S4/S5 ListOps); S5 one-hot IN_DIM = 20",
+                "one_hot_width": 20,  # the authors' one-hot input width (model parameter count)
             },
         )
         save_prepared(out, dataset)

@@ -4,6 +4,7 @@ See `_optim` for the parameter groups and how the plateau scale reaches the opti
 `_schedule` for the schedule shapes (including the authors' quirks under `faithful_schedule`).
 """
 
+from ._engine import TrainingDiverged, train_and_evaluate
 from ._logging import METRICS_FILE, MetricsLogger, read_metrics, summary_table
 from ._optim import (
     GROUPS,
@@ -19,6 +20,7 @@ from ._optim import (
 )
 from ._plots import plot_curves
 from ._progress import Progress
+from ._runs import DATA_SOURCES, data_status, evaluate_run, user_data_config
 from ._schedule import (
     EarlyStopState,
     LRSchedule,
@@ -29,6 +31,7 @@ from ._schedule import (
 from ._tensorboard import EventWriter
 
 __all__ = [
+    "DATA_SOURCES",
     "GROUPS",
     "METRICS_FILE",
     "PARTITIONS",
@@ -38,9 +41,12 @@ __all__ = [
     "MetricsLogger",
     "PlateauState",
     "Progress",
+    "TrainingDiverged",
     "build_optimizer",
+    "data_status",
     "describe_groups",
     "early_stop_update",
+    "evaluate_run",
     "format_groups",
     "get_lr_scale",
     "group_of_role",
@@ -51,4 +57,6 @@ __all__ = [
     "read_metrics",
     "set_lr_scale",
     "summary_table",
+    "train_and_evaluate",
+    "user_data_config",
 ]

@@ -1,0 +1,169 @@
+"""The `s5jax` command: parses arguments and calls `s5jax.train` and `s5jax.data`.
+
+s5jax train EXPERIMENT|CONFIG.toml [--set a.b=c ...] [--workdir DIR] [--resume]
+s5jax train --data FILE.npz [--set ...]        your own data, default model
+s5jax eval RUN_DIR [--split test] [--step-rescale R] [--checkpoint best|latest]
+s5jax list
+s5jax data prepare NAME [--source PATH] [--generate]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="s5jax", description="S5 state space models in JAX.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser(
+        "train",
+        help="train an experiment of the paper or a config file",
+        description="Train an experiment; writes a run directory.",
+    )
+    train.add_argument(
+        "experiment",
+        nargs="?",
+        help="experiment name (see `s5jax list`) or a .toml/.json config file",
+    )
+    train.add_argument(
+        "--data", metavar="FILE.npz", help="train on your own data in the documented .npz format"
+    )
+    train.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. train.epochs=5",
+    )
+    train.add_argument("--workdir", type=Path, help="run directory (default runs/<experiment>)")
+    train.add_argument(
+        "--resume", action="store_true", help="continue from the latest checkpoint in --workdir"
+    )
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    ev = sub.add_parser(
+        "eval",
+        help="evaluate a run's checkpoint",
+        description="Evaluate the best (or latest) checkpoint of a run.",
+    )
+    ev.add_argument("run_dir", type=Path)
+    ev.add_argument("--split", default="test")
+    ev.add_argument(
+        "--step-rescale",
+        type=float,
+        default=1.0,
+        help="multiply every Δ (2 for 8 kHz audio on a 16 kHz model)",
+    )
+    ev.add_argument("--checkpoint", choices=("best", "latest"), default="best")
+
+    sub.add_parser(
+        "list",
+        help="list experiments and whether their data is present",
+        description="List the packaged experiments and the state of their data.",
+    )
+
+    data = sub.add_parser("data", help="prepare datasets", description="Prepare datasets.")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    prep = data_sub.add_parser(
+        "prepare",
+        help="prepare a dataset once into the data root",
+        description="Read your local copy (or generate) and cache it.",
+    )
+    prep.add_argument("name", help="dataset name, e.g. pendulum, listops, text, image")
+    prep.add_argument("--source", type=Path, help="folder holding your copy of the dataset")
+    prep.add_argument(
+        "--generate",
+        action="store_true",
+        help="listops only: generate with the LRA algorithm instead of reading",
+    )
+    return parser
+
+
+def _train(args) -> int:
+    from ..config import load_experiment
+    from ..train import train_and_evaluate, user_data_config
+
+    if args.data:
+        if args.experiment:
+            raise SystemExit("give either an EXPERIMENT or --data FILE.npz, not both")
+        config, dataset = user_data_config(args.data, args.overrides)
+    elif args.experiment:
+        config, dataset = load_experiment(args.experiment, args.overrides), None
+    else:
+        raise SystemExit("name an EXPERIMENT (see `s5jax list`) or pass --data FILE.npz")
+    workdir = args.workdir or Path("runs") / config.name
+    summary = train_and_evaluate(
+        config, workdir, resume=args.resume, dataset=dataset, progress=not args.no_progress
+    )
+    print(f"run directory: {workdir}")
+    return 0 if summary["epochs_run"] else 1
+
+
+def _eval(args) -> int:
+    from ..train import evaluate_run
+
+    result = evaluate_run(
+        args.run_dir, split=args.split, step_rescale=args.step_rescale, which=args.checkpoint
+    )
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _list(_args) -> int:
+    from ..config import list_experiments, load_experiment
+    from ..train import DATA_SOURCES, data_status
+
+    rows = []
+    for name in list_experiments():
+        cfg = load_experiment(name)
+        paper = cfg.paper.value if cfg.paper and cfg.paper.value is not None else "–"
+        rows.append((name, cfg.data.dataset, data_status(cfg.data.dataset), str(paper)))
+    table = [("experiment", "dataset", "data", "paper"), *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(4)]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    print("\nWhere the data comes from (data root: $S5JAX_DATA, default ./data):")
+    for dataset, source in DATA_SOURCES.items():
+        print(f"  {dataset:<11} {source}")
+    return 0
+
+
+def _prepare(args) -> int:
+    from .. import data as d
+    from ..train._datasets import prepare_named
+
+    if args.generate:
+        if args.name != "listops":
+            raise SystemExit("--generate is only available for listops")
+        target = args.source or d.data_root() / "generated"
+        folder = d.generate_listops(target)
+        dataset = d.prepare_listops(folder.parent)
+    else:
+        dataset = prepare_named(args.name, args.source)
+    print(d.describe(dataset))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the `s5jax` command; returns the exit status."""
+    from ..config import ConfigError
+    from ..data import DatasetError
+
+    args = _parser().parse_args(argv)
+    handlers = {"train": _train, "eval": _eval, "list": _list, "data": _prepare}
+    try:
+        return handlers[args.command](args)
+    except (ConfigError, DatasetError, FileNotFoundError, ValueError) as e:
+        print(f"s5jax {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

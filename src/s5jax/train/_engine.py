@@ -1,0 +1,366 @@
+"""`train_and_evaluate(config, workdir)`: the epoch loop of every experiment.
+
+Per epoch: shuffled training batches (order a function of seed and epoch), then val and test
+evaluation; the reported test figure is the one at the best-validation epoch. Checkpoints
+(latest every epoch, best on improvement) make `resume=True` continue a killed run with the
+same losses as an uninterrupted one: the data order, the dropout keys (folded from the step)
+and the optimiser state are all restored or recomputed identically.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from ..config import ExperimentConfig, dump_json
+from ..data import PreparedDataset
+from ..data._batches import iterate_batches
+from ..nn import build_model, count_parameters
+from ._checkpoint import Checkpoints
+from ._datasets import load_dataset
+from ._logging import MetricsLogger
+from ._optim import build_optimizer, describe_groups, format_groups, set_lr_scale
+from ._plots import plot_curves
+from ._progress import Progress
+from ._run_info import run_info, write_json
+from ._schedule import EarlyStopState, PlateauState, early_stop_update, plateau_update
+from ._sharding import DataParallel
+from ._steps import make_steps
+
+__all__ = ["TrainingDiverged", "train_and_evaluate"]
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+def _metric_name(head: str) -> str:
+    return "accuracy" if head in ("classification", "retrieval") else "mse"
+
+
+def _model_inputs(dataset: PreparedDataset, head: str) -> dict[str, Any]:
+    x = dataset.splits["train"].x
+    y = dataset.splits["train"].y
+    if dataset.vocab_size is not None:
+        # The authors one-hot token tasks to a fixed width (ListOps 20, Text 135) that can
+        # exceed the vocabulary; the readers record it so parameter counts match the paper.
+        width = max(dataset.vocab_size, int(dataset.meta.get("one_hot_width", 0)))
+        d_input, vocab = width, width
+    else:
+        d_input, vocab = int(x.shape[-1]), None
+    if head in ("classification", "retrieval"):
+        n_outputs = dataset.n_classes
+    else:
+        n_outputs = 1 if y.ndim == 1 else int(y.shape[-1])
+    return {"d_input": d_input, "vocab": vocab, "n_outputs": n_outputs}
+
+
+def _host_batch(batch: dict[str, np.ndarray], head: str) -> dict[str, np.ndarray]:
+    """Numpy batch → model inputs: per-step Δ multipliers from times; column targets."""
+    out = {"x": batch["x"], "y": batch["y"], "mask": batch["mask"]}
+    if "lengths" in batch:
+        out["lengths"] = batch["lengths"]
+    if "t" in batch:
+        t = np.asarray(batch["t"], np.float32)
+        out["dt"] = np.concatenate([np.ones_like(t[:, :1]), np.diff(t, axis=1)], axis=1)
+    if head == "regression" and out["y"].ndim == 1:
+        out["y"] = out["y"][:, None]
+    return out
+
+
+class _Run:
+    """The state of one run between epochs (host side)."""
+
+    def __init__(self, config: ExperimentConfig, workdir: Path, dataset: PreparedDataset, out):
+        self.config, self.workdir, self.dataset, self.out = config, workdir, dataset, out
+        self.head = config.model.head
+        self.metric = _metric_name(self.head)
+        self.higher_is_better = self.metric == "accuracy"
+        self.parallel = DataParallel.local()
+        self.batch_size = config.data.batch_size
+        self.eval_batch_size = config.data.resolved_eval_batch_size
+        self.parallel.check_batch_size(self.batch_size, "data.batch_size")
+        self.parallel.check_batch_size(self.eval_batch_size, "data.eval_batch_size")
+        self.steps_per_epoch = len(dataset.splits["train"]) // self.batch_size
+        if self.steps_per_epoch == 0:
+            raise ValueError(
+                f"data.batch_size={self.batch_size} is larger than the training split "
+                f"({len(dataset.splits['train'])} examples); lower it"
+            )
+
+    # --- building ---------------------------------------------------------------------------
+
+    def build(self):
+        cfg = self.config
+        key = jax.random.PRNGKey(cfg.train.seed)
+        model_key, self.train_key = jax.random.split(key)
+        inputs = _model_inputs(self.dataset, self.head)
+        model, state = build_model(cfg.model, key=model_key, **inputs)
+        self.optimizer, labels = build_optimizer(
+            cfg.optim, model, steps_per_epoch=self.steps_per_epoch, epochs=cfg.train.epochs
+        )
+        self.params, self.static = eqx.partition(model, eqx.is_inexact_array)
+        with jax.numpy_dtype_promotion("standard"):
+            opt_state = self.optimizer.init(self.params)
+        self.n_params = count_parameters(model)
+        self.group_table = format_groups(describe_groups(model, labels))
+        self.steps = make_steps(self.static, self.optimizer, self.head)
+        self.params = self.parallel.replicate(self.params)
+        self.model_state = self.parallel.replicate(state)
+        self.opt_state = self.parallel.replicate(opt_state)
+
+    def train_state(self):
+        return {"params": self.params, "state": self.model_state, "opt_state": self.opt_state}
+
+    def load_train_state(self, tree):
+        self.params = self.parallel.replicate(tree["params"])
+        self.model_state = self.parallel.replicate(tree["state"])
+        self.opt_state = self.parallel.replicate(tree["opt_state"])
+
+    # --- one epoch --------------------------------------------------------------------------
+
+    def train_epoch(self, epoch: int, step: int, logger, show_progress: bool) -> tuple[int, dict]:
+        cfg = self.config
+        split = self.dataset.splits["train"]
+        progress = (
+            Progress(self.steps_per_epoch, f"epoch {epoch}", self.out, unit="step")
+            if show_progress
+            else None
+        )
+        sums, start = {"loss": 0.0, "metric": 0.0}, time.perf_counter()
+        # The last partial batch is dropped in training (as the authors' loader does): every
+        # step then has one static shape and BatchNorm never sees padding rows.
+        batches = iterate_batches(
+            split, self.batch_size, shuffle=True, seed=cfg.train.seed, epoch=epoch, drop_last=True
+        )
+        for batch in batches:
+            key = jax.random.fold_in(self.train_key, step)
+            device_batch = self.parallel.shard(_host_batch(batch, self.head))
+            self.params, self.model_state, self.opt_state, stats = self.steps.train(
+                self.params, self.model_state, self.opt_state, device_batch, key
+            )
+            loss = float(stats["loss"])
+            step += 1
+            if not math.isfinite(loss):
+                raise TrainingDiverged(
+                    f"the training loss became {loss} at step {step} (epoch {epoch}); the last "
+                    f"good checkpoint is kept in {self.workdir / 'checkpoints' / 'latest'}. "
+                    "Lower the learning rate (optim.ssm_lr / optim.lr_factor) or set "
+                    "optim.grad_clip"
+                )
+            sums["loss"] += loss
+            sums["metric"] += float(stats["metric"])
+            if step % cfg.train.log_every == 0:
+                logger.log_step(
+                    step,
+                    epoch,
+                    loss=loss,
+                    **{self.metric: float(stats["metric"])},
+                    grad_norm=float(stats["grad_norm"]),
+                )
+            if progress is not None:
+                progress.update(loss=f"{loss:.4f}")
+        if progress is not None:
+            progress.close()
+        seconds = time.perf_counter() - start
+        n = self.steps_per_epoch
+        return step, {
+            "train_loss": sums["loss"] / n,
+            f"train_{self.metric}": sums["metric"] / n,
+            "epoch_seconds": seconds,
+            "train_examples_per_second": n * self.batch_size / seconds,
+        }
+
+    def evaluate(self, split_name: str, step_rescale: float = 1.0) -> dict[str, float]:
+        split = self.dataset.splits[split_name]
+        totals = {"loss_sum": 0.0, "metric_sum": 0.0, "count": 0}
+        for batch in iterate_batches(split, self.eval_batch_size, shuffle=False, pad_last=True):
+            stats = self.steps.evaluate(
+                self.params,
+                self.model_state,
+                self.parallel.shard(_host_batch(batch, self.head)),
+                step_rescale,
+            )
+            for k in totals:
+                totals[k] += float(stats[k])
+        n = max(totals["count"], 1)
+        return {"loss": totals["loss_sum"] / n, self.metric: totals["metric_sum"] / n}
+
+    def better(self, value: float, best: float | None) -> bool:
+        if best is None:
+            return True
+        return value > best if self.higher_is_better else value < best
+
+
+def train_and_evaluate(
+    config: ExperimentConfig,
+    workdir: str | os.PathLike,
+    *,
+    resume: bool = False,
+    dataset: PreparedDataset | None = None,
+    progress: bool = True,
+    stream=None,
+) -> dict[str, Any]:
+    """Train `config` in `workdir`; return the run's summary (also written to results.json).
+
+    **Arguments:**
+    - `config`: a resolved `ExperimentConfig`.
+    - `workdir`: the run directory (created); holds config.json, run_info.json,
+      metrics.jsonl, TensorBoard events, checkpoints/, curves.png and results.json.
+    - `resume`: continue from the latest checkpoint in `workdir`.
+    - `dataset`: use this dataset instead of the one the config names.
+    - `progress`: show a progress bar per epoch.
+    - `stream`: where messages go (default stderr).
+    """
+    out = stream or sys.stderr
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    dataset = dataset if dataset is not None else load_dataset(config.data)
+    run = _Run(config, workdir, dataset, out)
+    run.build()
+    dump_json(config, workdir / "config.json")
+    write_json(workdir / "run_info.json", run_info(n_params=run.n_params, devices=run.parallel))
+    print(
+        f"{config.name}: {run.n_params:,} parameters; {run.steps_per_epoch} steps per epoch "
+        f"on {run.parallel.describe()}",
+        file=out,
+    )
+    print(run.group_table, file=out)
+
+    ckpt = Checkpoints(workdir)
+    history: dict[str, Any] = {
+        "epoch": 0,
+        "step": 0,
+        "best_val": None,
+        "best_epoch": None,
+        "test_at_best": None,
+        "plateau": asdict(PlateauState()),
+        "stopper": asdict(EarlyStopState()),
+        "epochs": [],
+    }
+    if resume and ckpt.latest_step() is not None:
+        tree, history = ckpt.restore("latest", run.train_state())
+        run.load_train_state(tree)
+        print(f"resumed from epoch {history['epoch']} (step {history['step']})", file=out)
+    logger = MetricsLogger(workdir, resume_step=history["step"] if resume else None)
+    try:
+        _epochs(run, ckpt, logger, history, progress, out)
+    finally:
+        logger.close()
+        ckpt.close()
+    return _finish(run, history, out)
+
+
+def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> None:
+    cfg = run.config
+    plateau = PlateauState(**history["plateau"])
+    stopper = EarlyStopState(**history["stopper"])
+    for epoch in range(history["epoch"] + 1, cfg.train.epochs + 1):
+        step, record = run.train_epoch(epoch, history["step"], logger, progress)
+        val, test = run.evaluate("val"), run.evaluate("test")
+        record.update({f"val_{k}": v for k, v in val.items()})
+        record.update({f"test_{k}": v for k, v in test.items()})
+        improved = run.better(val[run.metric], history["best_val"])
+        if improved:
+            history.update(
+                best_val=val[run.metric], best_epoch=epoch, test_at_best=test[run.metric]
+            )
+            record.update(_zero_shot(run))
+        if cfg.optim.reduce_on_plateau:
+            plateau = plateau_update(
+                plateau,
+                val[run.metric],
+                patience=cfg.optim.plateau_patience,
+                factor=cfg.optim.plateau_factor,
+                mode="max" if run.higher_is_better else "min",
+            )
+            run.opt_state = set_lr_scale(run.opt_state, plateau.scale)
+        stopper = early_stop_update(
+            stopper,
+            val[run.metric],
+            patience=cfg.train.early_stop_patience,
+            mode="max" if run.higher_is_better else "min",
+        )
+        logger.log_epoch(step, epoch, **record)
+        history["epochs"].append({"epoch": epoch, **record})
+        history.update(epoch=epoch, step=step, plateau=asdict(plateau), stopper=asdict(stopper))
+        if improved and cfg.train.save_best:
+            ckpt.save("best", step, run.train_state(), history)
+        if cfg.train.save_last:
+            ckpt.save("latest", step, run.train_state(), history)
+        print(
+            f"epoch {epoch}: train loss {record['train_loss']:.4f}  val {run.metric} "
+            f"{val[run.metric]:.4f}  test {run.metric} {test[run.metric]:.4f}"
+            f"{'  (best)' if improved else ''}",
+            file=out,
+        )
+        if stopper.stop:
+            print(
+                f"early stop: no val improvement for {cfg.train.early_stop_patience} epochs",
+                file=out,
+            )
+            break
+
+
+def _zero_shot(run: _Run) -> dict[str, float]:
+    """Speech (§6.2): when val improves, the 8 kHz sets at step_rescale = 2."""
+    if not run.config.data.zero_shot_8khz:
+        return {}
+    record = {}
+    for split in ("val_8khz", "test_8khz"):
+        if split in run.dataset.splits:
+            record.update({f"{split}_{k}": v for k, v in run.evaluate(split, 2.0).items()})
+    return record
+
+
+def _finish(run: _Run, history, out) -> dict[str, Any]:
+    from ._logging import summary_table
+
+    paper = run.config.paper
+    ours = history["test_at_best"]
+    summary = {
+        "experiment": run.config.name,
+        "metric": f"test_{run.metric}",
+        "best_epoch": history["best_epoch"],
+        "best_val": history["best_val"],
+        "test_at_best_val": ours,
+        "epochs_run": history["epoch"],
+        "n_params": run.n_params,
+        "paper": None
+        if paper is None
+        else {"value": paper.value, "unit": paper.unit, "metric": paper.metric},
+    }
+    rows = [
+        (
+            "test " + run.metric + " at best val",
+            _in_paper_units(ours, paper),
+            None if paper is None else paper.value,
+        )
+    ]
+    table = summary_table(rows, headers=["metric", "ours", "paper"])
+    print(table, file=out)
+    write_json(run.workdir / "results.json", summary)
+    if history["epochs"]:
+        plot_curves(
+            history["epochs"],
+            run.workdir / "curves.png",
+            metrics=("loss", run.metric),
+            kind=None,
+            title=run.config.name,
+        )
+    return summary
+
+
+def _in_paper_units(value, paper):
+    if value is None or paper is None:
+        return value
+    return value / paper.scale

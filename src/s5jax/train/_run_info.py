@@ -1,0 +1,74 @@
+"""What a run directory records about where and how it ran: versions, devices, git commit."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import jax
+
+__all__ = ["git_commit", "run_info", "write_json"]
+
+_PACKAGES = ("s5jax", "jax", "jaxlib", "equinox", "optax", "orbax-checkpoint", "numpy", "pillow")
+
+
+def git_commit(path: str | os.PathLike | None = None) -> str | None:
+    """The commit of the git checkout holding `path` (default: this package), or None."""
+    folder = Path(path) if path is not None else Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def run_info(**extra: Any) -> dict[str, Any]:
+    """Versions of the stack, the devices, the git commit, the command line and the time."""
+    info = {
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": sys.argv,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "versions": {name: _version(name) for name in _PACKAGES},
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "git_commit": git_commit(),
+    }
+    info.update(
+        {
+            k: (str(v) if not isinstance(v, (int, float, str, type(None))) else v)
+            for k, v in extra.items()
+        }
+    )
+    return info
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write `obj` as indented JSON, atomically (temporary sibling, then rename)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,111 @@
+"""Run-level entry points above the epoch loop: evaluating a finished run, training on a
+user's own `.npz` with a sensible default model, and where each dataset comes from."""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..config import ExperimentConfig, apply_overrides, load_experiment
+from ..data import PreparedDataset, data_root
+from ..data._npz import load_user_npz
+from ._checkpoint import Checkpoints
+from ._datasets import load_dataset
+from ._engine import _Run
+
+__all__ = ["DATA_SOURCES", "data_status", "evaluate_run", "user_data_config"]
+
+#: Where each dataset comes from: generated here, or what to download and where to put it.
+DATA_SOURCES: dict[str, str] = {
+    "synthetic": "generated in memory",
+    "pendulum": "generated here (`s5jax data prepare pendulum`)",
+    "listops": "LRA release `lra_release.gz` → $S5JAX_DATA/lra_release/ (or generate: "
+    "`s5jax data prepare listops --generate`)",
+    "text": "Stanford `aclImdb_v1.tar.gz` → $S5JAX_DATA/aclImdb/",
+    "retrieval": "LRA release `lra_release.gz` → $S5JAX_DATA/lra_release/ (tsv_data)",
+    "image": "CIFAR-10 python `cifar-10-python.tar.gz` → $S5JAX_DATA/cifar/",
+    "scifar": "CIFAR-10 python `cifar-10-python.tar.gz` → $S5JAX_DATA/cifar/",
+    "smnist": "MNIST IDX files → $S5JAX_DATA/mnist/",
+    "psmnist": "MNIST IDX files → $S5JAX_DATA/mnist/",
+    "pathfinder": "LRA release `lra_release.gz` → $S5JAX_DATA/lra_release/ (pathfinder32)",
+    "pathx": "LRA release `lra_release.gz` → $S5JAX_DATA/lra_release/ (pathfinder128)",
+    "speech35": "Speech Commands v0.02 `speech_commands_v0.02.tar.gz` → "
+    "$S5JAX_DATA/speech_commands/",
+}
+
+_PREPARED = {"pathfinder": "pathfinder", "pathx": "pathx", "speech35": "speech_commands"}
+
+
+def data_status(dataset: str) -> str:
+    """`"ready"` when prepared under the data root, `"generated"`, or `"missing"`."""
+    if dataset == "synthetic":
+        return "generated"
+    if dataset == "pendulum":
+        return (
+            "ready"
+            if (data_root() / "pendulum" / "pend_regression.npz").is_file()
+            else ("generated on first use")
+        )
+    folder = data_root() / "prepared" / _PREPARED.get(dataset, dataset)
+    return "ready" if (folder / "meta.json").is_file() else "missing"
+
+
+def user_data_config(path: str | os.PathLike, overrides=()) -> tuple[ExperimentConfig, Any]:
+    """A default experiment for a user's `.npz`: the model follows the data's task and shape.
+
+    Classification: mean pooling (masked mean when lengths are given) and a classification
+    head. Regression per step: no pooling; per sequence: mean pooling. Token inputs use the
+    embedding encoder. 4 layers, H = 64, P = 64, J = 4, LayerNorm pre-norm, unidirectional.
+
+    **Returns:** `(config, dataset)`.
+    """
+    dataset = load_user_npz(path)
+    train = dataset.splits["train"]
+    per_step = dataset.task == "regression" and train.y.ndim == 3
+    pooling = "none" if per_step else ("masked_mean" if train.lengths is not None else "mean")
+    base = load_experiment("synthetic")
+    model = replace(
+        base.model, n_layers=4, d_model=64, ssm_size=64, blocks=4, norm="layer",
+        encoder="embedding" if dataset.vocab_size is not None else "dense", pooling=pooling,
+        head="classification" if dataset.task == "classification" else "regression",
+    )  # fmt: skip
+    data = replace(base.data, dataset=str(Path(path).resolve()), batch_size=32)
+    train_cfg = replace(base.train, epochs=20, log_every=50)
+    cfg = replace(base, name=Path(path).stem or "user-data", model=model, data=data,
+                  train=train_cfg, description=f"user data {path}")  # fmt: skip
+    return apply_overrides(cfg, overrides), dataset
+
+
+def evaluate_run(
+    run_dir: str | os.PathLike,
+    *,
+    split: str = "test",
+    step_rescale: float = 1.0,
+    which: str = "best",
+    dataset: PreparedDataset | None = None,
+) -> dict[str, float]:
+    """Evaluate a run's `which` checkpoint ("best" or "latest") on `split`.
+
+    `step_rescale` multiplies every Δ (e.g. 2 for 8 kHz audio on a 16 kHz model).
+    """
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} not found: {run_dir} is not an s5jax run directory")
+    config = load_experiment(config_path)
+    dataset = dataset if dataset is not None else load_dataset(config.data)
+    if split not in dataset.splits:
+        raise ValueError(f"split must be one of {sorted(dataset.splits)}, got {split!r}")
+    run = _Run(config, run_dir, dataset, io.StringIO())
+    run.build()
+    ckpt = Checkpoints(run_dir)
+    try:
+        tree, _ = ckpt.restore(which, run.train_state())
+    finally:
+        ckpt.close()
+    run.load_train_state(tree)
+    result = run.evaluate(split, step_rescale)
+    return {"split": split, "step_rescale": step_rescale, "checkpoint": which, **result}

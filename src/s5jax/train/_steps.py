@@ -1,0 +1,131 @@
+"""The jitted train and eval steps: per-example losses and metrics, masked for padded batches.
+
+The model is split once into its parameters (the inexact arrays) and the static rest; the steps
+are plain `jax.jit` functions of (params, model state, optimiser state, batch, key) with the
+static part closed over, so they compile once per batch shape. Every batch has the same shape
+(the last one is padded, with `mask` False on the padding rows), so nothing recompiles.
+
+A model handles one example; the batch comes from `jax.vmap(..., axis_name="batch")`, so
+BatchNorm statistics span batch × time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+__all__ = ["Steps", "make_steps", "per_example_loss"]
+
+# Floor of the Gaussian head's variance in the NLL (reference semantics §4, pendulum).
+VARIANCE_FLOOR = 1e-6
+
+
+def per_example_loss(kind: str, output, y):
+    """Loss and metric of one example for the model's head `kind`.
+
+    **Returns:** `(loss, metric)`: NLL and correctness (classification, retrieval); squared
+    error and squared error (regression); Gaussian NLL averaged over time and the MSE of the
+    mean (gaussian).
+    """
+    if kind in ("classification", "retrieval"):
+        if output.ndim == 2:  # per-step classification: average over time
+            nll = -jnp.take_along_axis(output, y[:, None], axis=-1)[:, 0]
+            correct = (jnp.argmax(output, -1) == y).astype(output.dtype)
+            return jnp.mean(nll), jnp.mean(correct)
+        return -output[y], (jnp.argmax(output) == y).astype(output.dtype)
+    if kind == "regression":
+        err = jnp.mean((output - y) ** 2)
+        return err, err
+    if kind == "gaussian":
+        mean, var = output
+        var = jnp.maximum(var, VARIANCE_FLOOR)
+        nll = 0.5 * (jnp.log(2 * jnp.pi * var) + (y - mean) ** 2 / var)
+        return jnp.mean(jnp.sum(nll, axis=-1)), jnp.mean((mean - y) ** 2)
+    raise ValueError(f"unknown head kind {kind!r}")
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The compiled steps of one run."""
+
+    train: Callable  # (params, state, opt_state, batch, key) -> (params, state, opt_state, stats)
+    evaluate: Callable  # (params, state, batch, step_rescale) -> stats (sums over real rows)
+
+
+def _masked(values, mask):
+    weights = mask.astype(values.dtype)
+    return jnp.sum(values * weights)
+
+
+def make_steps(static, optimizer, head_kind: str) -> Steps:
+    """Build the jitted steps for a model whose static part is `static`.
+
+    Batches are dicts with `x`, `y`, `mask` and optionally `lengths` and `t` (observation times
+    turned into per-step Δ multipliers here). Statistics are sums over the real rows together
+    with their count, so that epoch averages weigh every example once.
+    """
+
+    def forward(params, state, batch, key, inference, step_rescale):
+        model = eqx.combine(params, static)
+        n = batch["mask"].shape[0]
+        keys = jax.random.split(key, n)
+        dt = batch.get("dt")
+        lengths = batch.get("lengths")
+
+        def one(x, k, length, dt_k):
+            return model(
+                x,
+                state,
+                key=k,
+                inference=inference,
+                lengths=length,
+                dt=dt_k,
+                step_rescale=step_rescale,
+            )
+
+        outputs, new_state = jax.vmap(
+            one,
+            axis_name="batch",
+            in_axes=(0, 0, None if lengths is None else 0, None if dt is None else 0),
+            out_axes=(0, None),
+        )(batch["x"], keys, lengths, dt)
+        losses, metrics = jax.vmap(lambda o, y: per_example_loss(head_kind, o, y))(
+            outputs, batch["y"]
+        )
+        return losses, metrics, new_state
+
+    def loss_fn(params, state, batch, key):
+        losses, metrics, new_state = forward(params, state, batch, key, False, 1.0)
+        count = jnp.maximum(jnp.sum(batch["mask"].astype(losses.dtype)), 1.0)
+        loss = _masked(losses, batch["mask"]) / count
+        return loss, (new_state, _masked(metrics, batch["mask"]) / count)
+
+    def train_step(params, state, opt_state, batch, key):
+        (loss, (state, metric)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            params, state, batch, key
+        )
+        with jax.numpy_dtype_promotion("standard"):  # optax's bias correction mixes dtypes
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = eqx.apply_updates(params, updates)
+        grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree_util.tree_leaves(grads)))
+        return params, state, opt_state, {"loss": loss, "metric": metric, "grad_norm": grad_norm}
+
+    def eval_step(params, state, batch, step_rescale):
+        losses, metrics, _ = forward(
+            params, state, batch, jax.random.PRNGKey(0), True, step_rescale
+        )
+        mask = batch["mask"]
+        return {
+            "loss_sum": _masked(losses, mask),
+            "metric_sum": _masked(metrics, mask),
+            "count": jnp.sum(mask.astype(jnp.int32)),
+        }
+
+    return Steps(
+        train=jax.jit(train_step, donate_argnums=(0, 1, 2)),
+        evaluate=jax.jit(eval_step),
+    )

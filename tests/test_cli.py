@@ -1,0 +1,108 @@
+"""The `s5jax` command, called in process: train, eval, list, data prepare and their errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+from s5jax.cli import main
+
+
+def test_train_then_eval_the_synthetic_experiment(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert (
+        main(
+            [
+                "train",
+                "synthetic",
+                "--workdir",
+                str(run),
+                "--no-progress",
+                "--set",
+                "train.epochs=1",
+            ]
+        )
+        == 0
+    )
+    results = json.loads((run / "results.json").read_text())
+    assert results["epochs_run"] == 1
+    capsys.readouterr()
+    assert main(["eval", str(run), "--split", "val", "--checkpoint", "latest"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["split"] == "val" and 0.0 <= out["accuracy"] <= 1.0
+    epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    val = [r for r in epochs if r["kind"] == "epoch"][-1]["val_accuracy"]
+    assert out["accuracy"] == pytest.approx(val, abs=1e-6)  # the same model and data
+
+
+def test_train_on_user_npz(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for split, n in (("train", 32), ("val", 8), ("test", 8)):
+        arrays[f"x_{split}"] = rng.standard_normal((n, 12, 2)).astype(np.float32)
+        arrays[f"y_{split}"] = rng.integers(0, 3, n)
+    path = tmp_path / "mine.npz"
+    np.savez(path, **arrays)
+    run = tmp_path / "run"
+    code = main(
+        [
+            "train",
+            "--data",
+            str(path),
+            "--workdir",
+            str(run),
+            "--no-progress",
+            "--set",
+            "train.epochs=1",
+            "--set",
+            "data.batch_size=8",
+            "--set",
+            "model.d_model=8",
+            "--set",
+            "model.ssm_size=8",
+            "--set",
+            "model.blocks=2",
+        ]
+    )
+    assert code == 0
+    assert json.loads((run / "results.json").read_text())["experiment"] == "mine"
+
+
+def test_bad_input_exits_2_with_a_message(tmp_path, capsys):
+    assert main(["train", "synthetic", "--set", "train.epoch=3"]) == 2
+    assert "epoch" in capsys.readouterr().err
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x_train=np.zeros((2, 3, 1), np.float32))
+    assert main(["train", "--data", str(bad)]) == 2
+    assert "y_train" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "nowhere")]) == 2
+    assert "not an s5jax run directory" in capsys.readouterr().err
+
+
+def test_missing_dataset_says_what_to_download(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("S5JAX_DATA", str(tmp_path))
+    assert main(["data", "prepare", "text"]) == 2
+    err = capsys.readouterr().err
+    assert "aclImdb" in err and str(tmp_path) in err
+
+
+def test_list_shows_experiments_and_data_status(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("S5JAX_DATA", str(tmp_path))
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "listops" in out and "missing" in out and "62.15" in out
+    assert "lra_release.gz" in out
+
+
+def test_help_for_each_command(capsys):
+    for command in (
+        ["--help"],
+        ["train", "--help"],
+        ["eval", "--help"],
+        ["list", "--help"],
+        ["data", "prepare", "--help"],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(command)
+        assert exc.value.code == 0
+    assert "usage: s5jax" in capsys.readouterr().out

@@ -1,0 +1,147 @@
+"""train_and_evaluate end to end on the synthetic experiment: outputs, repeatability, resume,
+divergence, and one device against two."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from s5jax.config import apply_overrides, load_experiment
+from s5jax.data import Split
+from s5jax.train import read_metrics
+from s5jax.train._checkpoint import Checkpoints
+from s5jax.train._datasets import synthetic_dataset
+from s5jax.train._engine import TrainingDiverged, train_and_evaluate
+
+
+def _cfg(*overrides):
+    return apply_overrides(load_experiment("synthetic"), list(overrides))
+
+
+def _run(tmp_path, name, cfg, **kw):
+    return train_and_evaluate(cfg, tmp_path / name, progress=False, stream=io.StringIO(), **kw)
+
+
+def _step_losses(run_dir):
+    return [r["loss"] for r in read_metrics(run_dir, kind="step")]
+
+
+def test_a_run_writes_its_outputs_and_learns(tmp_path):
+    cfg = _cfg("train.epochs=3", "data.n_train=128")
+    summary = _run(tmp_path, "run", cfg)
+    run = tmp_path / "run"
+    for name in ("config.json", "run_info.json", "metrics.jsonl", "results.json", "curves.png"):
+        assert (run / name).is_file(), name
+    assert load_experiment(run / "config.json") == cfg
+    assert json.loads((run / "results.json").read_text()) == summary
+    info = json.loads((run / "run_info.json").read_text())
+    assert info["versions"]["jax"] and info["n_params"] == summary["n_params"]
+    epochs = read_metrics(run, kind="epoch")
+    assert [r["epoch"] for r in epochs] == [1, 2, 3]
+    assert len(_step_losses(run)) == 3 * 16
+    assert epochs[-1]["train_loss"] < epochs[0]["train_loss"]
+    assert summary["best_epoch"] in (1, 2, 3) and summary["epochs_run"] == 3
+    best = max(epochs, key=lambda r: r["val_accuracy"])
+    assert summary["test_at_best_val"] == best["test_accuracy"]
+    assert any((run / "tensorboard").iterdir())
+
+
+def test_same_seed_same_losses(tmp_path):
+    a = _run(tmp_path, "a", _cfg())
+    b = _run(tmp_path, "b", _cfg())
+    assert _step_losses(tmp_path / "a") == _step_losses(tmp_path / "b")
+    assert a["test_at_best_val"] == b["test_at_best_val"]
+    _run(tmp_path, "c", _cfg("train.seed=1"))
+    assert _step_losses(tmp_path / "c") != _step_losses(tmp_path / "a")
+
+
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path, monkeypatch):
+    cfg = _cfg("train.epochs=3", "model.dropout=0.1")
+    _run(tmp_path, "whole", cfg)
+
+    saves = {"n": 0}
+    original = Checkpoints.save
+
+    def save_then_die(self, which, step, tree, meta):
+        original(self, which, step, tree, meta)
+        if which == "latest":
+            saves["n"] += 1
+            if saves["n"] == 2:
+                raise KeyboardInterrupt  # killed right after epoch 2 was checkpointed
+
+    monkeypatch.setattr(Checkpoints, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, "killed", cfg)
+    monkeypatch.setattr(Checkpoints, "save", original)
+    _run(tmp_path, "killed", cfg, resume=True)
+    whole, resumed = _step_losses(tmp_path / "whole"), _step_losses(tmp_path / "killed")
+    assert len(resumed) == len(whole)
+    np.testing.assert_allclose(resumed, whole, rtol=1e-6, atol=1e-6)
+    epochs = read_metrics(tmp_path / "killed", kind="epoch")
+    assert [r["epoch"] for r in epochs] == [1, 2, 3]
+
+
+def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    cfg = _cfg("train.epochs=2")
+    good = synthetic_dataset(seq_len=32, n_train=64, n_eval=32)
+    _run(tmp_path, "run", _cfg("train.epochs=1"), dataset=good)
+    bad_x = np.array(good.splits["train"].x)
+    bad_x[:, 3] = np.nan
+    bad = type(good)(
+        good.name,
+        good.task,
+        {**good.splits, "train": Split(bad_x, good.splits["train"].y)},
+        n_classes=good.n_classes,
+    )
+    with pytest.raises(TrainingDiverged, match=r"at step 9 \(epoch 2\)"):
+        _run(tmp_path, "run", cfg, dataset=bad, resume=True)
+    ckpt = Checkpoints(tmp_path / "run")
+    assert ckpt.latest_step() == 8
+    ckpt.close()
+
+
+def test_batch_larger_than_the_data_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match=r"data\.batch_size=128 is larger"):
+        _run(tmp_path, "run", _cfg("data.batch_size=128"))
+
+
+_TWO_DEVICE_SCRIPT = textwrap.dedent("""
+    import io, json, sys, tempfile
+    import jax
+    from s5jax.config import apply_overrides, load_experiment
+    from s5jax.train import read_metrics
+    from s5jax.train._engine import train_and_evaluate
+    cfg = apply_overrides(load_experiment("synthetic"), ["train.epochs=1"])
+    d = tempfile.mkdtemp()
+    train_and_evaluate(cfg, d, progress=False, stream=io.StringIO())
+    print(json.dumps({"devices": len(jax.devices()),
+                      "losses": [r["loss"] for r in read_metrics(d, kind="step")]}))
+""")
+
+
+def _losses_on(n_devices):
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={n_devices}",
+        JAX_PLATFORMS="cpu",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _TWO_DEVICE_SCRIPT],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_two_devices_give_the_losses_of_one():
+    one, two = _losses_on(1), _losses_on(2)
+    assert (one["devices"], two["devices"]) == (1, 2)
+    np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5, atol=1e-6)
