@@ -4,6 +4,13 @@ Three ways to compute the same states:
 - `"sequential"`: `jax.lax.scan`, one step at a time. Work O(LP), fastest on CPU.
 - `"parallel"`: `jax.lax.associative_scan` with the App. H operator
   (a_i, b_i) • (a_j, b_j) = (a_j a_i, a_j b_i + b_j): depth O(log L), for GPU/TPU.
+- `"chunked"`: L split into chunks of T = `CHUNK_SIZE` steps (padded). Time-invariant a: a
+  read-only loop gives each chunk's end state from zero, a short `lax.scan` over chunks
+  carries the boundary states, then one loop over the T steps runs all chunks side by side
+  from their entry states, reading b and writing x in place in strided slices: no transposed
+  copy of b or x (the sequential scan under `jax.vmap` makes two) and no L×P copy of a.
+  Gradient by a custom VJP (the adjoint recurrence, same kernel); no forward-mode `jax.jvp`.
+  Work O(LP).
 - `"auto"`: sequential on CPU, parallel elsewhere (decided at trace time).
 
 `a` may be time-invariant (P,) (S5's Λ̄; no L×P copy of it is made by the sequential scan)
@@ -14,13 +21,23 @@ where set, the state restarts, x_k = b_k, as for episodes packed in one sequence
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Inexact
 
-__all__ = ["SCAN_METHODS", "linear_recurrence", "resolve_scan_method"]
+__all__ = ["CHUNK_SIZE", "SCAN_METHODS", "linear_recurrence", "resolve_scan_method"]
+
+CHUNK_SIZE = 65536
+"""Steps per chunk of the `"chunked"` scan (L is padded to a multiple of it internally).
+
+Measured on a 2-core AMD EPYC (benchmarks/README.md): with a batch of ≥ 4096 lanes the
+single-phase pass (one chunk, T = L) ran at ≈ 0.7 of an elementwise pass, while T = 256 …
+4096 ran at ≈ 0.35–0.45: the chunk-end reduction is one more read of b, which costs more
+than it saves in loop steps. So chunks only start beyond 65536 steps on CPU.
+"""
 
 
 def _sequential(a, b, reverse):
@@ -55,7 +72,133 @@ def _parallel(a, b, reverse):
     return xs
 
 
-SCAN_METHODS: dict[str, Callable] = {"sequential": _sequential, "parallel": _parallel}
+def _chunked(a, b, reverse, chunk_size=None):
+    """Chunked scan; its gradient is the adjoint recurrence, computed by the same scan.
+
+    `jax.grad`/`jax.vjp` work (custom VJP); forward-mode `jax.jvp` does not (use
+    `"sequential"` or `"parallel"` for that).
+    """
+    L = b.shape[0]
+    T = max(1, min(CHUNK_SIZE if chunk_size is None else int(chunk_size), L))
+    return _chunked_vjp(a, b, reverse, T)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _chunked_vjp(a, b, reverse, T):
+    return _chunked_kernel(a, b, reverse, T)
+
+
+def _chunked_vjp_fwd(a, b, reverse, T):
+    xs = _chunked_kernel(a, b, reverse, T)
+    return xs, (a, xs)
+
+
+def _chunked_vjp_bwd(reverse, T, residuals, g):
+    # Forward x_k = a_k x_{k−1} + b_k is linear in b: b̄ = λ with λ_k = g_k + a_{k+1} λ_{k+1}
+    # (the same recurrence run the other way; JAX's VJPs of complex products do not
+    # conjugate), and ā_k = λ_k x_{k−1}. With reverse, swap k+1 and k−1.
+    a, xs = residuals
+    zero = jnp.zeros_like(xs[:1])
+    if a.ndim == 2:
+        a_adj = jnp.concatenate([zero, a[:-1]]) if reverse else jnp.concatenate([a[1:], zero])
+    else:
+        a_adj = a
+    lam = _chunked_kernel(a_adj, g, not reverse, T)
+    x_prev = jnp.concatenate([xs[1:], zero]) if reverse else jnp.concatenate([zero, xs[:-1]])
+    a_bar = lam * x_prev
+    if a.ndim == 1:
+        a_bar = jnp.sum(a_bar, axis=0)
+    return a_bar, lam
+
+
+_chunked_vjp.defvjp(_chunked_vjp_fwd, _chunked_vjp_bwd)
+
+
+def _chunked_kernel(a, b, reverse, T):
+    """x for x_k = a_k x_{k∓1} + b_k, with L split into N chunks of T steps (padded).
+
+    Time-invariant a, three steps, none of which copies b into another layout or tiles a:
+    1. each chunk's last state from a zero start, h_c (a read-only loop over the T steps,
+       all chunks side by side), and a^T;
+    2. the state entering each chunk, s_c = a^T s_{c−1} + h_{c−1}: `lax.scan` over N chunks;
+    3. all chunks side by side from their entry states: x_{c,t} = a x_{c,t−1} + b_{c,t} with
+       x_{c,−1} = s_c, a loop over the T steps, each step reading b and writing x in one
+       (N, P) strided slice of one buffer, in place (N·P lanes per step, not P).
+    With one chunk (T ≥ L) steps 1–2 are skipped: one read and one write of each element.
+    Per-step a: the within-chunk states from zero and the running products of a by one
+    `lax.scan` over t (all chunks at once), then the carries, then one elementwise pass.
+    Padding (b = 0 after the end) changes nothing: forward, it comes after every real step;
+    in reverse, it is processed first from a zero state and stays zero.
+    """
+    L, P = b.shape
+    N = -(-L // T)
+    pad = N * T - L
+
+    def pad_to_chunks(z, fill):  # (L, P) -> (N, T, P), a reshape
+        if pad:
+            z = jnp.concatenate([z, jnp.full((pad, P), fill, z.dtype)])
+        return z.reshape(N, T, P)
+
+    b_c = pad_to_chunks(b, 0)
+    if a.ndim == 1:
+        if N == 1:
+            s_in = jnp.zeros((1, P), b.dtype)
+        else:
+
+            def chunk_end(i, carry):  # read-only pass: each chunk's last state from zero
+                h, power = carry
+                t = T - 1 - i if reverse else i
+                h = a[None] * h + jax.lax.dynamic_index_in_dim(b_c, t, axis=1, keepdims=False)
+                return h, a * power
+
+            init = (jnp.zeros((N, P), b.dtype), jnp.ones((P,), a.dtype))
+            h_end, a_T = jax.lax.fori_loop(0, T, chunk_end, init)
+            s_in = _chunk_carries(jnp.broadcast_to(a_T, (N, P)), h_end, reverse)
+
+        def body(i, carry):  # one buffer: read b at step t, overwrite it with x
+            x, buf = carry
+            t = T - 1 - i if reverse else i
+            x = a[None] * x + jax.lax.dynamic_index_in_dim(buf, t, axis=1, keepdims=False)
+            return x, jax.lax.dynamic_update_index_in_dim(buf, x, t, axis=1)
+
+        _, xs = jax.lax.fori_loop(0, T, body, (s_in, b_c))
+        return xs.reshape(N * T, P)[:L]
+
+    a_c = pad_to_chunks(a, 1).transpose(1, 0, 2)  # (T, N, P)
+
+    def step_varying(carry, ab):
+        h, prod = carry
+        a_t, b_t = ab
+        h = a_t * h + b_t
+        prod = a_t * prod
+        return (h, prod), (h, prod)
+
+    init = (jnp.zeros((N, P), b.dtype), jnp.ones((N, P), a.dtype))
+    _, (h, decay) = jax.lax.scan(step_varying, init, (a_c, b_c.transpose(1, 0, 2)), reverse=reverse)
+    last = 0 if reverse else -1  # the within-chunk step processed last
+    s_in = _chunk_carries(decay[last], h[last], reverse)
+    xs = h + decay * s_in[None]
+    return xs.transpose(1, 0, 2).reshape(N * T, P)[:L]
+
+
+def _chunk_carries(a_chunk, h_end, reverse):
+    """States entering each chunk: s_c = A_{c−1} s_{c−1} + h_{c−1} (c+1 with reverse)."""
+
+    def step(s, elements):
+        a_k, h_k = elements
+        return a_k * s + h_k, s  # emit the state entering this chunk
+
+    _, s_in = jax.lax.scan(
+        step, jnp.zeros(h_end.shape[1:], h_end.dtype), (a_chunk, h_end), reverse=reverse
+    )
+    return s_in
+
+
+SCAN_METHODS: dict[str, Callable] = {
+    "sequential": _sequential,
+    "parallel": _parallel,
+    "chunked": _chunked,
+}
 
 
 def resolve_scan_method(method: str) -> str:
@@ -86,7 +229,7 @@ def linear_recurrence(
     - `reverse`: run from the last step to the first: x_k = a_k ⊙ x_{k+1} + b_k.
     - `initial_state`: the state before the first processed step (zeros if `None`).
     - `resets`: (L,) booleans; where true the state restarts there: x_k = b_k.
-    - `method`: `"auto"`, `"sequential"` or `"parallel"`.
+    - `method`: `"auto"`, `"sequential"`, `"parallel"` or `"chunked"`.
 
     **Returns:** `(xs, final_state)`: xs of shape (L, P); the final state is the last one
     processed (xs[-1], or xs[0] when `reverse`).

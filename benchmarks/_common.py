@@ -1,0 +1,109 @@
+"""Shared helpers for the benchmarks: device/version info, interleaved timing, JSON output.
+
+Timing: every function is compiled and run once (warm-up), then the functions are called in
+turn, round-robin (A B C A B C …) for `repeats` rounds, each call ended by
+`jax.block_until_ready`. Interleaving spreads any load from other processes on a shared
+machine over all the compared functions alike; the median per function is reported, and
+ratios are taken between medians measured in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import jax
+import jaxlib
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def device_info() -> dict:
+    """Versions, platform and devices of this run."""
+    devices = jax.devices()
+    return {
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in devices],
+        "device_kind": devices[0].device_kind,
+        "num_devices": len(devices),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "numpy": np.__version__,
+    }
+
+
+def device_tag() -> str:
+    return "cpu" if jax.default_backend() == "cpu" else "gpu"
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 1
+) -> dict[str, dict]:
+    """Median/min/all wall times (seconds) of zero-argument callables, called round-robin."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            jax.block_until_ready(fn())
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append(time.perf_counter() - t0)
+    return {
+        name: {"median_s": statistics.median(ts), "min_s": min(ts), "all_s": ts}
+        for name, ts in times.items()
+    }
+
+
+def write_json(name: str, payload: dict) -> Path:
+    """Write `results/<name>-<cpu|gpu>.json` atomically (temp file in the same folder + rename)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}-{device_tag()}.json"
+    fd, tmp = tempfile.mkstemp(dir=RESULTS, prefix=f".{name}-", suffix=".json.tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=2)
+            f.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def print_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -> None:
+    """Print rows as a fixed-width table; columns are (key, header, format spec)."""
+    cells = [
+        [format(r[k], fmt) if r.get(k) is not None else "-" for k, _, fmt in columns] for r in rows
+    ]
+    headers = [h for _, h, _ in columns]
+    widths = [
+        max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)
+    ]
+    print("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
+    for c in cells:
+        print("  ".join(x.rjust(w) for x, w in zip(c, widths, strict=True)))

@@ -1,0 +1,233 @@
+"""Forward+backward time of S5 layers: ours (`s5jax.nn.S5SSM`) against the paper's App. A listing.
+
+Shapes (the issue's CPU target): H = 128, P_full = 256 (128 complex states stored under
+conjugate symmetry), J = 8 HiPPO-N blocks, bidirectional, L = 4096, batch 8.
+
+`s5jax.nn` has no full model yet, so a "layer" here is u + GELU(S5SSM(u)) (residual, no
+normalisation, no dropout), for ours and for the baseline alike; the stack is 6 such layers.
+
+BASELINE: written below the way the paper's App. A listing computes a layer: ZOH
+discretisation, Λ̄ repeated L times, B̄u by `jax.vmap(lambda u: B_bar @ u)` (complex matmul),
+`jax.lax.associative_scan` over L×P elements (and a second one, reversed, for the backward
+direction), then `jax.vmap(lambda x, u: (C_tilde @ x + D * u).real)` with C̃ = [C_fwd | C_bwd]
+and the factor 2 of conjugate symmetry on C̃x. Its parameters are the complex versions of
+ours, so both compute the same outputs (checked before timing).
+
+Timing: fwd+bwd = `jax.value_and_grad` of mean(y²) with respect to all parameters, jitted,
+every variant interleaved in one run (medians of `--repeats`). Also a breakdown of one of our
+layers (B̄u, the two scans, the output projection) to see what dominates.
+
+    .venv/bin/python benchmarks/layer.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from _common import device_info, print_table, time_interleaved, write_json
+
+from s5jax import core, nn
+from s5jax.core import _ssm
+
+# --- the baseline: the App. A listing, made bidirectional ------------------------------------
+
+
+def base_discretize(Lambda, B_tilde, Delta):
+    Identity = jnp.ones(Lambda.shape[0])
+    Lambda_bar = jnp.exp(Lambda * Delta)
+    B_bar = (1 / Lambda * (Lambda_bar - Identity))[..., None] * B_tilde
+    return Lambda_bar, B_bar
+
+
+def base_binary_operator(element_i, element_j):
+    A_i, Bu_i = element_i
+    A_j, Bu_j = element_j
+    return A_j * A_i, A_j * Bu_i + Bu_j
+
+
+def base_apply_ssm(Lambda_bar, B_bar, C_tilde, D, input_sequence):
+    Lambda_elements = jnp.repeat(Lambda_bar[None, ...], input_sequence.shape[0], axis=0)
+    Bu_elements = jax.vmap(lambda u: B_bar @ u)(input_sequence)
+    elements = (Lambda_elements, Bu_elements)
+    _, xs = jax.lax.associative_scan(base_binary_operator, elements)
+    _, xs_b = jax.lax.associative_scan(base_binary_operator, elements, reverse=True)
+    xs = jnp.concatenate([xs, xs_b], axis=-1)  # (L, 2P) for C̃ = [C_fwd | C_bwd]
+    return jax.vmap(lambda x, u: (2 * (C_tilde @ x) + D * u).real)(xs, input_sequence)
+
+
+def base_layer(params, u):
+    Lambda, B_tilde, C_tilde, D, log_Delta = params
+    Lambda_bar, B_bar = base_discretize(Lambda, B_tilde, jnp.exp(log_Delta))
+    return u + jax.nn.gelu(base_apply_ssm(Lambda_bar, B_bar, C_tilde, D, u))
+
+
+def base_stack(params_list, u):
+    for params in params_list:
+        u = base_layer(params, u)
+    return u
+
+
+def base_params(ssm: nn.S5SSM):
+    return (
+        jax.lax.complex(ssm.Lambda_re, ssm.Lambda_im),
+        jax.lax.complex(ssm.B_re, ssm.B_im),
+        jax.lax.complex(ssm.C_re, ssm.C_im),
+        ssm.D,
+        ssm.log_step,
+    )
+
+
+# --- ours ------------------------------------------------------------------------------------
+
+
+class Stack(eqx.Module):
+    layers: list[nn.S5SSM]
+
+    def __call__(self, u):
+        for layer in self.layers:
+            u = u + jax.nn.gelu(layer(u))
+        return u
+
+
+def make_ours(n_layers, H, P_full, J, method, key):
+    keys = jax.random.split(key, n_layers)
+    return Stack(
+        [nn.S5SSM(H, P_full, J=J, bidirectional=True, scan_method=method, key=k) for k in keys]
+    )
+
+
+def ours_step(model, u):
+    def loss(m):
+        return jnp.mean(jax.vmap(m)(u) ** 2)
+
+    return eqx.filter_value_and_grad(loss)(model)
+
+
+def base_step(params, u):
+    def loss(p):
+        return jnp.mean(jax.vmap(functools.partial(base_stack, p))(u) ** 2)
+
+    return jax.value_and_grad(loss)(params)
+
+
+# --- the breakdown of one of our layers --------------------------------------------------
+
+
+def components(ssm: nn.S5SSM, method):
+    """fwd+bwd functions of the parts of one layer's SSM (batched), on the layer's inputs."""
+    Lambda_bar, B_bar = ssm.discretized()
+    C = ssm.C_tilde()
+    P = ssm.P
+
+    def bu(u):
+        return jnp.sum(jnp.abs(jax.vmap(lambda v: _ssm._complex_matvecs(v, B_bar))(u)) ** 2)
+
+    def scans(Bu):
+        def one(b):
+            xf, _ = core.linear_recurrence(Lambda_bar, b, method=method)
+            xb, _ = core.linear_recurrence(Lambda_bar, b, reverse=True, method=method)
+            return xf.real + xb.real
+
+        return jnp.sum(jax.vmap(one)(Bu) ** 2)
+
+    def project(xs):
+        def one(x):
+            return _ssm._project(x, C[:, :P]) + _ssm._project(x, C[:, P:])
+
+        return jnp.sum(jax.vmap(one)(xs) ** 2)
+
+    return {
+        "B_bar u": jax.jit(jax.grad(bu)),
+        "2 scans": jax.jit(jax.grad(scans)),
+        "projection": jax.jit(jax.grad(project)),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="L = 1024, fewer repeats")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--layers", type=int, default=6)
+    args = parser.parse_args()
+    H, P_full, J, batch = 128, 256, 8, 8
+    L = 1024 if args.quick else 4096
+    repeats = args.repeats or (3 if args.quick else 5)
+    methods = ("sequential", "chunked")
+    info = device_info()
+    print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | jax {info['jax']}")
+
+    key = jax.random.PRNGKey(0)
+    u = jax.random.normal(jax.random.PRNGKey(1), (batch, L, H), jnp.float32)
+    ours = {m: make_ours(args.layers, H, P_full, J, m, key) for m in methods}
+    base = [base_params(layer) for layer in ours["sequential"].layers]
+
+    # Same numbers first: both compute the same stack.
+    y_ours = jax.jit(jax.vmap(ours["sequential"]))(u)
+    y_base = jax.jit(jax.vmap(functools.partial(base_stack, base)))(u)
+    max_diff = float(jnp.max(jnp.abs(y_ours - y_base)))
+    print(f"max |ours - baseline| on the {args.layers}-layer stack output: {max_diff:.2e}")
+
+    step_ours = eqx.filter_jit(ours_step)
+    step_base = jax.jit(base_step)
+    one_ours = {m: Stack(ours[m].layers[:1]) for m in methods}
+    fns = {"baseline/1 layer": functools.partial(step_base, base[:1], u)}
+    fns |= {f"ours-{m}/1 layer": functools.partial(step_ours, one_ours[m], u) for m in methods}
+    fns[f"baseline/{args.layers} layers"] = functools.partial(step_base, base, u)
+    fns |= {
+        f"ours-{m}/{args.layers} layers": functools.partial(step_ours, ours[m], u) for m in methods
+    }
+    times = time_interleaved(fns, repeats=repeats)
+
+    # Breakdown of one layer (the first), interleaved separately.
+    first = ours["sequential"].layers[0]
+    Lambda_bar, B_bar = first.discretized()
+    Bu = jax.vmap(lambda v: _ssm._complex_matvecs(v, B_bar))(u)
+    xs = jax.vmap(lambda b: core.linear_recurrence(Lambda_bar, b, method="sequential")[0])(Bu)
+    parts = {}
+    for m in methods:
+        comp = components(first, m)
+        parts[f"{m}: B_bar u"] = functools.partial(comp["B_bar u"], u)
+        parts[f"{m}: 2 scans"] = functools.partial(comp["2 scans"], Bu)
+        parts[f"{m}: projection"] = functools.partial(comp["projection"], xs)
+    part_times = time_interleaved(parts, repeats=repeats)
+
+    rows = []
+    for n in (1, args.layers):
+        tag = "1 layer" if n == 1 else f"{n} layers"
+        tb = times[f"baseline/{tag}"]["median_s"]
+        rows.append({"what": f"baseline {tag}", "ms": tb * 1e3, "speedup": 1.0})
+        for m in methods:
+            t = times[f"ours-{m}/{tag}"]["median_s"]
+            rows.append({"what": f"ours-{m} {tag}", "ms": t * 1e3, "speedup": tb / t})
+    print(f"fwd+bwd, batch {batch}, L {L}, H {H}, P_full {P_full} ({P_full // 2} stored), J {J}")
+    print_table(rows, [("what", "variant", "s"), ("ms", "median ms", ".1f"),
+                       ("speedup", "baseline / ours", ".2f")])  # fmt: skip
+    part_rows = [{"what": k, "ms": v["median_s"] * 1e3} for k, v in part_times.items()]
+    print("breakdown of one of our layers' SSM, fwd+bwd of each part alone:")
+    print_table(part_rows, [("what", "part", "s"), ("ms", "median ms", ".1f")])
+
+    stack_tag = f"{args.layers} layers"
+    best = min(methods, key=lambda m: times[f"ours-{m}/{stack_tag}"]["median_s"])
+    ratio = (
+        times[f"baseline/{stack_tag}"]["median_s"] / times[f"ours-{best}/{stack_tag}"]["median_s"]
+    )
+    print(f"{stack_tag}: baseline / ours ({best}) = {ratio:.2f} (target >= 5)")
+    path = write_json("layer", {
+        "benchmark": "layer", "quick": args.quick, "device": info, "repeats": repeats,
+        "model_note": "no full s5jax.nn model yet: layer = u + GELU(S5SSM(u)), no norm/dropout",
+        "shapes": {"H": H, "P_full": P_full, "P_stored": P_full // 2, "J": J, "L": L,
+                   "batch": batch, "layers": args.layers, "bidirectional": True,
+                   "conj_sym": True, "dtype": "float32 / complex64"},
+        "max_abs_diff_ours_vs_baseline": max_diff,
+        "stack_speedup_vs_baseline": ratio, "stack_best_method": best,
+        "rows": rows, "timings": times, "breakdown": part_times,
+    })  # fmt: skip
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Throughput of the diagonal linear recurrence x_k = Λ̄ ⊙ x_{k−1} + b_k, per scan method.
+
+For every (L, P) the batch is chosen so that batch × P ≥ 4096 lanes, unless one (B, L, P)
+complex64 array would exceed `--max-array-mb` (then the batch is smaller and the row says
+so). Each row times, interleaved in one run: a plain elementwise pass `b * c + d` over the
+same (B, L, P) complex64 array (the practical bandwidth ceiling), and for every method the
+forward scan and the forward+backward (`jax.grad` of sum(Re(w ⊙ x)) with respect to Λ̄ and b).
+
+Bytes counted: read b (B·L·P complex64) + write x (B·L·P complex64) = 16·B·L·P bytes, for the
+scan and the elementwise pass alike. The fwd+bwd figure uses the same byte count (it moves
+more: that is what the ratio to the forward pass shows), so its GB/s is "forward bytes per
+second of fwd+bwd time".
+
+    .venv/bin/python benchmarks/scan.py            # full grid
+    .venv/bin/python benchmarks/scan.py --quick    # small grid
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _common import device_info, print_table, time_interleaved, write_json
+
+from s5jax import core
+
+METHODS = ("sequential", "parallel", "chunked")
+
+
+def make_inputs(B, L, P, seed=0):
+    rng = np.random.default_rng(seed)
+    a = 0.999 * np.exp(1j * rng.uniform(-np.pi, np.pi, P))
+    b = rng.normal(size=(B, L, P)) + 1j * rng.normal(size=(B, L, P))
+    w = rng.normal(size=(B, L, P)) + 1j * rng.normal(size=(B, L, P))
+    as64 = functools.partial(jnp.asarray, dtype=jnp.complex64)
+    return as64(a), as64(b), as64(w)
+
+
+def build(method):
+    def forward(a, b):
+        return jax.vmap(lambda bb: core.linear_recurrence(a, bb, method=method)[0])(b)
+
+    def loss(a, b, w):
+        return jnp.sum(jnp.real(w * forward(a, b)))
+
+    return jax.jit(forward), jax.jit(jax.grad(loss, argnums=(0, 1)))
+
+
+def run_case(L, P, lanes, max_array_mb, repeats):
+    B = max(1, -(-lanes // P))
+    B_mem = max(1, int(max_array_mb * 2**20 // (L * P * 8)))
+    B = min(B, B_mem)
+    a, b, w = make_inputs(B, L, P)
+    c, d = jnp.complex64(0.5 + 0.5j), jnp.complex64(0.25)
+    elementwise = jax.jit(lambda x: x * c + d)
+    fns = {"elementwise": functools.partial(elementwise, b)}
+    for m in METHODS:
+        fwd, grad = build(m)
+        fns[f"{m}/fwd"] = functools.partial(fwd, a, b)
+        fns[f"{m}/fwd+bwd"] = functools.partial(grad, a, b, w)
+    times = time_interleaved(fns, repeats=repeats)
+    nbytes = 2 * B * L * P * 8
+    ew = times["elementwise"]["median_s"]
+    row = {
+        "L": L, "P": P, "batch": B, "lanes": B * P, "lanes_ge_4096": B * P >= 4096,
+        "bytes": nbytes, "elementwise_s": ew, "elementwise_GBps": nbytes / ew / 1e9,
+    }  # fmt: skip
+    for m in METHODS:
+        for kind in ("fwd", "fwd+bwd"):
+            t = times[f"{m}/{kind}"]["median_s"]
+            row[f"{m}/{kind}_s"] = t
+            row[f"{m}/{kind}_GBps"] = nbytes / t / 1e9
+            row[f"{m}/{kind}_vs_elementwise"] = ew / t
+    best = max(METHODS, key=lambda m: row[f"{m}/fwd_vs_elementwise"])
+    row["best_fwd"] = best
+    row["best_fwd_vs_elementwise"] = row[f"{best}/fwd_vs_elementwise"]
+    row["timings"] = times
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small grid, fewer repeats")
+    parser.add_argument("--lanes", type=int, default=4096, help="target batch × P")
+    parser.add_argument("--max-array-mb", type=float, default=256.0)
+    parser.add_argument("--repeats", type=int, default=None)
+    args = parser.parse_args()
+    if args.quick:
+        Ls, Ps, repeats = (1024, 4096), (64, 128), args.repeats or 5
+    else:
+        Ls, Ps, repeats = (1024, 4096, 16384, 65536), (64, 128, 256), args.repeats or 5
+    info = device_info()
+    print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | jax {info['jax']}")
+    rows = []
+    for L in Ls:
+        for P in Ps:
+            rows.append(run_case(L, P, args.lanes, args.max_array_mb, repeats))
+            r = rows[-1]
+            print(
+                f"  L={L} P={P} B={r['batch']}: best {r['best_fwd']} "
+                f"{r['best_fwd_vs_elementwise']:.2f} of elementwise",
+                flush=True,
+            )
+    columns = [
+        ("L", "L", "d"),
+        ("P", "P", "d"),
+        ("batch", "B", "d"),
+        ("elementwise_GBps", "elem GB/s", ".2f"),
+    ]
+    for m in METHODS:
+        short = m[:3]
+        columns += [
+            (f"{m}/fwd_GBps", f"{short} GB/s", ".2f"),
+            (f"{m}/fwd_vs_elementwise", f"{short}/elem", ".2f"),
+            (f"{m}/fwd+bwd_s", f"{short} f+b ms", ".1f"),
+        ]
+    table = [{**r, **{f"{m}/fwd+bwd_s": r[f"{m}/fwd+bwd_s"] * 1e3 for m in METHODS}} for r in rows]
+    print_table(table, columns)
+    eligible = [r for r in rows if r["lanes_ge_4096"]]
+    summary = {
+        "target": "best scan >= 0.70 of the elementwise pass at batch*P >= 4096",
+        "min_best_fwd_vs_elementwise": min(r["best_fwd_vs_elementwise"] for r in eligible)
+        if eligible else None,
+        "median_best_fwd_vs_elementwise": float(
+            np.median([r["best_fwd_vs_elementwise"] for r in eligible])
+        ) if eligible else None,
+    }  # fmt: skip
+    print(
+        f"best-scan / elementwise at batch*P >= 4096: min "
+        f"{summary['min_best_fwd_vs_elementwise']:.2f}, median "
+        f"{summary['median_best_fwd_vs_elementwise']:.2f} (target 0.70)"
+    )
+    path = write_json("scan", {
+        "benchmark": "scan", "quick": args.quick, "device": info, "repeats": repeats,
+        "dtype": "complex64", "chunk_size": core._scan.CHUNK_SIZE,
+        "bytes_counted": "read b + write x, 16 * B * L * P bytes (complex64)",
+        "summary": summary, "rows": rows,
+    })  # fmt: skip
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""The chunked scan equals the sequential and parallel scans (states, final state, gradients).
+
+Small chunk sizes are forced (the default is large) so that L is rarely a multiple of the
+chunk size and several chunks are carried across.
+"""
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from s5jax import core
+from s5jax.core import _scan
+
+
+@contextlib.contextmanager
+def _chunk_size(T):
+    old = _scan.CHUNK_SIZE
+    _scan.CHUNK_SIZE = T
+    try:
+        yield
+    finally:
+        _scan.CHUNK_SIZE = old
+
+
+def _random(rng, L, P, varying):
+    shape = (L, P) if varying else (P,)
+    a = rng.uniform(0.5, 1.0, shape) * np.exp(1j * rng.uniform(-np.pi, np.pi, shape))
+    b = rng.normal(size=(L, P)) + 1j * rng.normal(size=(L, P))
+    return a, b
+
+
+def _run(method, a, b, reverse, x0, resets):
+    return core.linear_recurrence(
+        a, b, reverse=reverse, initial_state=x0, resets=resets, method=method
+    )
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    L=st.integers(1, 40),
+    P=st.integers(1, 4),
+    T=st.integers(1, 9),
+    varying=st.booleans(),
+    reverse=st.booleans(),
+    with_x0=st.booleans(),
+    with_resets=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_chunked_equals_sequential_and_parallel(
+    L, P, T, varying, reverse, with_x0, with_resets, seed
+):
+    rng = np.random.default_rng(seed)
+    a, b = _random(rng, L, P, varying)
+    x0 = rng.normal(size=P) + 1j * rng.normal(size=P) if with_x0 else None
+    resets = rng.random(L) < 0.2 if with_resets else None
+    with jax.enable_x64(True), _chunk_size(T):
+        args = (
+            jnp.asarray(a),
+            jnp.asarray(b),
+            reverse,
+            None if x0 is None else jnp.asarray(x0),
+            None if resets is None else jnp.asarray(resets),
+        )
+        xs, final = _run("chunked", *args)
+        for method in ("sequential", "parallel"):
+            xs_ref, final_ref = _run(method, *args)
+            np.testing.assert_allclose(np.asarray(xs), np.asarray(xs_ref), rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(
+                np.asarray(final), np.asarray(final_ref), rtol=1e-10, atol=1e-10
+            )
+
+
+@settings(max_examples=4, deadline=None)
+@given(
+    L=st.integers(1, 30),
+    T=st.integers(1, 7),
+    varying=st.booleans(),
+    reverse=st.booleans(),
+    with_x0=st.booleans(),
+    with_resets=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_chunked_gradients_equal_sequential(L, T, varying, reverse, with_x0, with_resets, seed):
+    P = 3
+    rng = np.random.default_rng(seed)
+    a, b = _random(rng, L, P, varying)
+    w = rng.normal(size=(L, P)) + 1j * rng.normal(size=(L, P))
+    x0 = rng.normal(size=P) + 1j * rng.normal(size=P)
+    resets = rng.random(L) < 0.2 if with_resets else None
+    with jax.enable_x64(True), _chunk_size(T):
+        w = jnp.asarray(w)
+
+        def loss(a, b, x0, method):
+            xs, final = core.linear_recurrence(
+                a,
+                b,
+                reverse=reverse,
+                initial_state=x0 if with_x0 else None,
+                resets=None if resets is None else jnp.asarray(resets),
+                method=method,
+            )
+            return jnp.sum(jnp.real(w * xs)) + jnp.sum(jnp.abs(final) ** 2)
+
+        args = (jnp.asarray(a), jnp.asarray(b), jnp.asarray(x0))
+        grads = jax.grad(loss, argnums=(0, 1, 2))(*args, "chunked")
+        expected = jax.grad(loss, argnums=(0, 1, 2))(*args, "sequential")
+        for g, e in zip(grads, expected):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-9, atol=1e-9)
+
+
+def test_chunked_under_jit_and_vmap_float32(getkey):
+    # The benchmark's use: a batch of sequences, one Λ̄, several chunks and padding.
+    P, L = 8, 50
+    k1, k2 = jax.random.split(getkey())
+    a = jnp.exp(jax.lax.complex(-0.05 * jnp.ones((P,)), jax.random.normal(k1, (P,))))
+    b = jax.random.normal(k2, (4, L, P), jnp.complex64)
+    with _chunk_size(16):
+        chunked = jax.jit(jax.vmap(lambda bb: core.linear_recurrence(a, bb, method="chunked")[0]))
+        got = chunked(b)
+    want = jax.vmap(lambda bb: core.linear_recurrence(a, bb, method="sequential")[0])(b)
+    assert got.dtype == jnp.complex64
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+def test_chunked_is_a_scan_method():
+    assert "chunked" in core.SCAN_METHODS
+    assert core.resolve_scan_method("chunked") == "chunked"
+    assert _scan.CHUNK_SIZE >= 1
