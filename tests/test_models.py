@@ -364,6 +364,7 @@ PINNED = {
     "scifar": 5134730,
 }
 
+
 def _build_abstract(cfg, data, key):
     """Build without allocating where the initialiser allows it (shapes only)."""
     kwargs = dict(d_input=data["d_input"], n_outputs=data["n_outputs"], vocab=data.get("vocab"))
@@ -399,3 +400,26 @@ def test_parameter_breakdown_by_role_and_group(getkey):
     assert breakdown["roles"]["log_step"] == cfg.n_layers * P
     assert sum(breakdown["groups"].values()) == count_parameters(model)
     assert breakdown["groups"]["ssm"] == cfg.n_layers * (2 * P + 2 * P * H + P)
+
+
+def test_pendulum_cnn_equals_the_per_frame_relu_then_pool_definition():
+    # View 1: the batched NHWC convolution that pools before bias + ReLU (the fast path).
+    # View 2: the App. G.3.8 definition frame by frame with Equinox layers: conv → ReLU → pool.
+    from s5jax.nn import PendulumCNN
+
+    cnn = PendulumCNN(7, key=jax.random.PRNGKey(0))
+    frames = jax.random.uniform(jax.random.PRNGKey(1), (5, 576))
+    pool = eqx.nn.MaxPool2d(2, stride=2)
+
+    def reference(pixels):
+        x = pixels.reshape(1, 24, 24)
+        x = pool(jax.nn.relu(cnn.conv1(x)))
+        x = pool(jax.nn.relu(cnn.conv2(x)))
+        return jax.nn.relu(cnn.hidden(jnp.transpose(x, (1, 2, 0)).reshape(-1)))
+
+    np.testing.assert_allclose(
+        np.asarray(cnn.features(frames)),
+        np.asarray(jax.vmap(reference)(frames)),
+        rtol=1e-5,
+        atol=1e-6,
+    )

@@ -83,15 +83,13 @@ class PendulumCNN(eqx.Module):
         self.out = Dense(30 + int(append_dt), H, dtype=dtype, key=k4)
         self.side, self.append_dt = 24, append_dt
 
-    def frame(self, pixels: Float[Array, " 576"]) -> Float[Array, " 30"]:
-        """The 30 features of one frame, before the output Dense."""
-        pool = eqx.nn.MaxPool2d(2, stride=2)
-        x = pixels.astype(self.hidden.weight.dtype).reshape(1, self.side, self.side)
-        x = pool(jax.nn.relu(self.conv1(x)))
-        x = pool(jax.nn.relu(self.conv2(x)))
-        # Flatten in flax's (height, width, channel) order.
-        x = jnp.transpose(x, (1, 2, 0)).reshape(-1)
-        return jax.nn.relu(self.hidden(x))
+    def features(self, frames: Float[Array, "L 576"]) -> Float[Array, "L 30"]:
+        """The 30 features of every frame, before the output Dense (all frames at once)."""
+        x = frames.astype(self.hidden.weight.dtype).reshape(-1, self.side, self.side, 1)
+        x = _conv_pool_relu(x, self.conv1)
+        x = _conv_pool_relu(x, self.conv2)
+        # NHWC flattens in flax's (height, width, channel) order.
+        return jax.nn.relu(self.hidden(x.reshape(x.shape[0], -1)))
 
     def __call__(
         self, frames: Float[Array, "L 576"], dt: Float[Array, " L"] | None = None
@@ -101,12 +99,54 @@ class PendulumCNN(eqx.Module):
 
         **Returns:** (L, H).
         """
-        features = jax.vmap(self.frame)(frames)
+        features = self.features(frames)
         if self.append_dt:
             if dt is None:
                 raise ValueError("PendulumCNN(append_dt=True) needs dt, the per-step intervals")
             features = jnp.concatenate([features, dt.astype(features.dtype)[:, None]], axis=1)
         return self.out(features)
+
+
+def _conv_pool_relu(x: Float[Array, "N Hi Wi C"], conv: eqx.nn.Conv2d) -> Float[Array, "N Ho Wo O"]:
+    """relu(conv(x) + bias) followed by a 2×2 max-pool (NHWC, all frames at once).
+
+    Computed in a form that is exactly equal to the definition but much cheaper on CPU, where
+    the pendulum step is dominated by these two small convolutions and their gradients:
+    - max-pooling commutes with adding a per-channel constant and with the monotone ReLU, so
+      both act after pooling, on a 4× smaller tensor;
+    - one input channel (conv1): the conv outputs a pooling window takes its maximum over are
+      four "phases" (di, dj), each a convolution with stride 2s of the input shifted by
+      (di·s, dj·s); their maximum is the pooled map and the full-size map is never formed;
+    - several input channels (conv2): one matrix product over the k×k strided slices of the
+      input (im2col), which XLA's CPU backend runs faster than its small strided convolution.
+    Measured on the 2-core CPU (forward + gradient, 1,600 frames): conv1 165 → 99 ms, conv2
+    76 → 38 ms; the pendulum training step (batch 32) 452 → 138 ms. Tests compare it with the
+    plain conv → ReLU → pool definition.
+    """
+    (pad, _), _ = conv.padding
+    stride, k = conv.stride[0], conv.weight.shape[-1]
+    kernel = jnp.transpose(conv.weight, (2, 3, 1, 0))  # OIHW → HWIO
+    x = jnp.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    out = (x.shape[1] - k) // stride + 1
+    if conv.weight.shape[1] == 1:
+        pooled = out // 2
+        phases = [
+            jax.lax.conv_general_dilated(
+                x[:, di * stride :, dj * stride :, :], kernel, (2 * stride, 2 * stride),
+                "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            )[:, :pooled, :pooled, :]
+            for di in (0, 1)
+            for dj in (0, 1)
+        ]  # fmt: skip
+        y = jnp.maximum(jnp.maximum(phases[0], phases[1]), jnp.maximum(phases[2], phases[3]))
+    else:
+        span = stride * (out - 1) + 1
+        cols = [x[:, i : i + span : stride, j : j + span : stride, :]
+                for i in range(k) for j in range(k)]  # fmt: skip
+        y = jnp.concatenate(cols, axis=-1) @ kernel.reshape(-1, kernel.shape[-1])
+        n, h, w, c = y.shape
+        y = y.reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+    return jax.nn.relu(y + conv.bias.reshape(1, 1, 1, -1))
 
 
 def _conv(c_in, c_out, k, stride, pad, dtype, key) -> eqx.nn.Conv2d:
