@@ -1,6 +1,7 @@
 # Two entry points, each bootstrapping .venv idempotently on a machine with only Python and pip.
-#   make demo   the main job
-#   make test   lint + the test suite
+#   make demo           the main job: the paper's pendulum regression (data generated if absent)
+#   make demo QUICK=1   a first look: a tenth of the epochs
+#   make test           lint + the test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -15,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python examples/long_range_demo.py
+	$(BIN)/s5jax train pendulum --workdir runs/pendulum$(if $(QUICK),-quick --quick,)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

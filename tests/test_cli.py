@@ -106,3 +106,29 @@ def test_help_for_each_command(capsys):
             main(command)
         assert exc.value.code == 0
     assert "usage: s5jax" in capsys.readouterr().out
+
+
+def test_quick_runs_a_tenth_of_the_epochs(tmp_path):
+    run = tmp_path / "run"
+    # synthetic has 2 epochs: a tenth rounds down to 0, and at least one epoch runs.
+    assert main(["train", "synthetic", "--quick", "--workdir", str(run), "--no-progress"]) == 0
+    assert json.loads((run / "config.json").read_text())["train"]["epochs"] == 1
+
+
+def test_cpu_devices_warns_when_jax_has_already_started(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "")
+    code = main(
+        [
+            "train",
+            "synthetic",
+            "--cpu-devices",
+            "2",
+            "--workdir",
+            str(tmp_path / "r"),
+            "--no-progress",
+            "--set",
+            "train.epochs=1",
+        ]
+    )
+    assert code == 0
+    assert "--cpu-devices 2 had no effect" in capsys.readouterr().err

@@ -145,3 +145,27 @@ def test_two_devices_give_the_losses_of_one():
     one, two = _losses_on(1), _losses_on(2)
     assert (one["devices"], two["devices"]) == (1, 2)
     np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5, atol=1e-6)
+
+
+def test_steps_compile_once_despite_a_padded_last_batch(tmp_path):
+    # 70 training examples with batch 8 (the last 6 are dropped), 37 eval examples with batch 8
+    # (the last batch is padded with masked rows): one compilation each.
+    from s5jax.train._engine import _Run
+
+    cfg = _cfg("data.n_train=70", "data.n_eval=37")
+    data = synthetic_dataset(seq_len=32, n_train=70, n_eval=37)
+    run = _Run(cfg, tmp_path, data, io.StringIO())
+    run.build()
+
+    class _Quiet:
+        def log_step(self, *a, **k):
+            pass
+
+    for epoch in (1, 2):
+        run.train_epoch(epoch, 0, _Quiet(), show_progress=False)
+        val = run.evaluate("val")
+    assert run.steps.train._cache_size() == 1
+    assert run.steps.evaluate._cache_size() == 1
+    assert 0.0 <= val["accuracy"] <= 1.0
+    # Padding rows do not count: the accuracy is a multiple of 1/37.
+    assert abs(val["accuracy"] * 37 - round(val["accuracy"] * 37)) < 1e-4

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -47,6 +48,22 @@ def _parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="continue from the latest checkpoint in --workdir"
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--quick", action="store_true", help="a first look: a tenth of the epochs (at least one)"
+    )
+    train.add_argument(
+        "--cpu-devices",
+        type=int,
+        metavar="N",
+        help="split the CPU into N devices for data parallelism (sets XLA_FLAGS before JAX "
+        "starts; e.g. the number of cores)",
+    )
+    train.add_argument(
+        "--multihost",
+        action="store_true",
+        help="join a multi-host run (jax.distributed.initialize from the "
+        "environment) before training",
+    )
 
     ev = sub.add_parser(
         "eval",
@@ -86,10 +103,33 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _cpu_devices(n: int) -> None:
+    """Ask XLA for `n` CPU devices; takes effect only if JAX has not started yet."""
+    if n < 1:
+        raise SystemExit("--cpu-devices must be at least 1")
+    flag = f"--xla_force_host_platform_device_count={n}"
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), flag]).strip()
+
+
 def _train(args) -> int:
-    from ..config import load_experiment
+    if args.cpu_devices:
+        _cpu_devices(args.cpu_devices)
+    from ..config import apply_overrides, load_experiment
     from ..train import train_and_evaluate, user_data_config
 
+    if args.multihost:
+        from ..train import initialize_multihost
+
+        initialize_multihost()
+    if args.cpu_devices:
+        import jax
+
+        if jax.default_backend() == "cpu" and jax.local_device_count() != args.cpu_devices:
+            print(
+                f"s5jax train: warning: --cpu-devices {args.cpu_devices} had no effect "
+                "(JAX had already started)",
+                file=sys.stderr,
+            )
     if args.data:
         if args.experiment:
             raise SystemExit("give either an EXPERIMENT or --data FILE.npz, not both")
@@ -98,6 +138,8 @@ def _train(args) -> int:
         config, dataset = load_experiment(args.experiment, args.overrides), None
     else:
         raise SystemExit("name an EXPERIMENT (see `s5jax list`) or pass --data FILE.npz")
+    if args.quick:
+        config = apply_overrides(config, [f"train.epochs={max(1, config.train.epochs // 10)}"])
     workdir = args.workdir or Path("runs") / config.name
     summary = train_and_evaluate(
         config, workdir, resume=args.resume, dataset=dataset, progress=not args.no_progress

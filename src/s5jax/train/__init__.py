@@ -28,6 +28,7 @@ from ._schedule import (
     early_stop_update,
     plateau_update,
 )
+from ._sharding import DataParallel, initialize_multihost
 from ._tensorboard import EventWriter
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "GROUPS",
     "METRICS_FILE",
     "PARTITIONS",
+    "DataParallel",
     "EarlyStopState",
     "EventWriter",
     "LRSchedule",
@@ -51,6 +53,7 @@ __all__ = [
     "get_lr_scale",
     "group_of_role",
     "group_schedules",
+    "initialize_multihost",
     "optimizer_groups",
     "plateau_update",
     "plot_curves",
