@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from s5jax import core
 from s5jax.core import _scan
 
+from .test_scan import _random
+
 
 @contextlib.contextmanager
 def _chunk_size(T):
@@ -24,13 +26,6 @@ def _chunk_size(T):
         yield
     finally:
         _scan.CHUNK_SIZE = old
-
-
-def _random(rng, L, P, varying):
-    shape = (L, P) if varying else (P,)
-    a = rng.uniform(0.5, 1.0, shape) * np.exp(1j * rng.uniform(-np.pi, np.pi, shape))
-    b = rng.normal(size=(L, P)) + 1j * rng.normal(size=(L, P))
-    return a, b
 
 
 def _run(method, a, b, reverse, x0, resets):
