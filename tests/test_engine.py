@@ -51,6 +51,27 @@ def test_a_run_writes_its_outputs_and_learns(tmp_path):
     assert any((run / "tensorboard").iterdir())
 
 
+def test_test_split_is_evaluated_when_val_improves_unless_asked_every_epoch(tmp_path):
+    lazy = _run(tmp_path, "lazy", _cfg("train.epochs=4"))
+    eager = _run(tmp_path, "eager", _cfg("train.epochs=4", "train.test_every_epoch=true"))
+    lazy_epochs = read_metrics(tmp_path / "lazy", kind="epoch")
+    eager_epochs = read_metrics(tmp_path / "eager", kind="epoch")
+    # Same training either way; only the extra test passes differ.
+    assert [r["val_accuracy"] for r in lazy_epochs] == [r["val_accuracy"] for r in eager_epochs]
+    assert all("test_accuracy" in r for r in eager_epochs)
+    best = None
+    for lazy_r, eager_r in zip(lazy_epochs, eager_epochs, strict=True):
+        improved = best is None or lazy_r["val_accuracy"] > best
+        best = lazy_r["val_accuracy"] if improved else best
+        assert ("test_accuracy" in lazy_r) == improved
+        if improved:
+            assert lazy_r["test_accuracy"] == eager_r["test_accuracy"]
+    # The run has both kinds of epoch, so both branches were checked.
+    assert {"test_accuracy" in r for r in lazy_epochs} == {True, False}
+    assert lazy["test_at_best_val"] == eager["test_at_best_val"]
+    assert lazy["best_epoch"] == eager["best_epoch"]
+
+
 def test_same_seed_same_losses(tmp_path):
     a = _run(tmp_path, "a", _cfg())
     b = _run(tmp_path, "b", _cfg())

@@ -243,7 +243,10 @@ class TrainConfig:
     """The epoch loop: length, seed, evaluation, early stopping, checkpoints and logging.
 
     `early_stop_patience` is in epochs without a val improvement (None: never stop early);
-    `eval_every` in epochs; `log_every` in optimiser steps.
+    `eval_every` in epochs; `log_every` in optimiser steps. The test split is evaluated when
+    val improves (the reported figure is the test metric at the best-val epoch, so nothing
+    else is needed); `test_every_epoch = true` evaluates it after every epoch as well, for
+    curves, at the cost of one more pass over the test split per epoch.
     """
 
     epochs: int = 100
@@ -253,6 +256,7 @@ class TrainConfig:
     save_best: bool = True
     save_last: bool = True
     log_every: int = 100
+    test_every_epoch: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, "train")

@@ -1,7 +1,9 @@
 """`train_and_evaluate(config, workdir)`: the epoch loop of every experiment.
 
-Per epoch: shuffled training batches (order a function of seed and epoch), then val and test
-evaluation; the reported test figure is the one at the best-validation epoch. Checkpoints
+Per epoch: shuffled training batches (order a function of seed and epoch), then val
+evaluation, and test evaluation when val improved (or every epoch with
+`train.test_every_epoch`); the reported test figure is the one at the best-validation epoch,
+identical either way. Checkpoints
 (latest every epoch, best on improvement) make `resume=True` continue a killed run with the
 same losses as an uninterrupted one: the data order, the dropout keys (folded from the step)
 and the optimiser state are all restored or recomputed identically.
@@ -266,10 +268,12 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
     stopper = EarlyStopState(**history["stopper"])
     for epoch in range(history["epoch"] + 1, cfg.train.epochs + 1):
         step, record = run.train_epoch(epoch, history["step"], logger, progress)
-        val, test = run.evaluate("val"), run.evaluate("test")
+        val = run.evaluate("val")
         record.update({f"val_{k}": v for k, v in val.items()})
-        record.update({f"test_{k}": v for k, v in test.items()})
         improved = run.better(val[run.metric], history["best_val"])
+        test = run.evaluate("test") if improved or cfg.train.test_every_epoch else None
+        if test is not None:
+            record.update({f"test_{k}": v for k, v in test.items()})
         if improved:
             history.update(
                 best_val=val[run.metric], best_epoch=epoch, test_at_best=test[run.metric]
@@ -299,8 +303,9 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
             ckpt.save("latest", step, run.train_state(), history)
         print(
             f"epoch {epoch}: train loss {record['train_loss']:.4f}  val {run.metric} "
-            f"{val[run.metric]:.4f}  test {run.metric} {test[run.metric]:.4f}"
-            f"{'  (best)' if improved else ''}",
+            f"{val[run.metric]:.4f}"
+            + (f"  test {run.metric} {test[run.metric]:.4f}" if test is not None else "")
+            + ("  (best)" if improved else ""),
             file=out,
         )
         if stopper.stop:
