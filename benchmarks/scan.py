@@ -13,6 +13,11 @@ second of fwd+bwd time".
 
     .venv/bin/python benchmarks/scan.py            # full grid
     .venv/bin/python benchmarks/scan.py --quick    # small grid
+
+On a GPU backend the fused Pallas (Triton) kernel, method `"pallas"`, is timed too, and the
+summary gives its fwd+bwd speed-up over `parallel` (associative_scan) at L = 16384 and its
+bandwidth against the elementwise pass (targets in benchmarks/README.md). Elsewhere it
+would run in interpret mode, so it is left out.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from _common import device_info, print_table, time_interleaved, write_json
 from s5jax import core
 
 METHODS = ("sequential", "parallel", "chunked")
+if jax.default_backend() == "gpu":  # the Pallas kernel; off GPU it would only be interpreted
+    METHODS += ("pallas",)
 
 
 def make_inputs(B, L, P, seed=0):
@@ -79,6 +86,39 @@ def run_case(L, P, lanes, max_array_mb, repeats):
     row["best_fwd_vs_elementwise"] = row[f"{best}/fwd_vs_elementwise"]
     row["timings"] = times
     return row
+
+
+def pallas_summary(rows, L=16384):
+    """The fused kernel against its targets at length L: fwd+bwd ≥ 3× faster than
+    `parallel` (associative_scan), and ≥ 0.70 of the elementwise (copy) bandwidth.
+
+    Bandwidth of fwd+bwd counts the bytes it must move at least: read b, write x (forward),
+    read g and x, write λ (backward): 5 × 8 bytes per complex64 element, against the
+    elementwise pass's 2 × 8 at the elementwise GB/s.
+    """
+    out = {}
+    for r in rows:
+        if r["L"] != L:
+            continue
+        fb_bytes = 5 * r["bytes"] / 2
+        fb_gbps = fb_bytes / r["pallas/fwd+bwd_s"] / 1e9
+        out[f"P={r['P']}"] = {
+            "fwd+bwd_speedup_vs_parallel": r["parallel/fwd+bwd_s"] / r["pallas/fwd+bwd_s"],
+            "fwd_GBps": r["pallas/fwd_GBps"],
+            "fwd_vs_elementwise": r["pallas/fwd_vs_elementwise"],
+            "fwd+bwd_min_bytes_GBps": fb_gbps,
+            "fwd+bwd_vs_elementwise": fb_gbps / r["elementwise_GBps"],
+        }
+        o = out[f"P={r['P']}"]
+        print(
+            f"pallas L={L} P={r['P']}: fwd+bwd {o['fwd+bwd_speedup_vs_parallel']:.2f}x "
+            f"parallel (target 3), fwd {o['fwd_GBps']:.0f} GB/s = "
+            f"{o['fwd_vs_elementwise']:.2f} of elementwise, fwd+bwd "
+            f"{o['fwd+bwd_vs_elementwise']:.2f} of elementwise (target 0.70)"
+        )
+    if not out:
+        print(f"pallas: no row at L={L} (use the full grid, not --quick)")
+    return out
 
 
 def main():
@@ -133,6 +173,8 @@ def main():
         f"{summary['min_best_fwd_vs_elementwise']:.2f}, median "
         f"{summary['median_best_fwd_vs_elementwise']:.2f} (target 0.70)"
     )
+    if "pallas" in METHODS:
+        summary["pallas"] = pallas_summary(rows)
     path = write_json("scan", {
         "benchmark": "scan", "quick": args.quick, "device": info, "repeats": repeats,
         "dtype": "complex64", "chunk_size": core._scan.CHUNK_SIZE,

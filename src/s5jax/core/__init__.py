@@ -38,6 +38,7 @@ from ._init import (
     init_lambda,
     init_log_step,
 )
+from ._pallas import pallas_recurrence
 from ._scan import SCAN_METHODS, binary_operator, linear_recurrence, resolve_scan_method
 from ._ssm import apply_ssm, apply_ssm_continuous, init_state, ssm_step, step_multipliers
 
@@ -68,6 +69,7 @@ __all__ = [
     "init_log_step",
     "init_state",
     "linear_recurrence",
+    "pallas_recurrence",
     "resolve_scan_method",
     "ssm_step",
     "step_multipliers",

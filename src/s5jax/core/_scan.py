@@ -11,6 +11,11 @@ Three ways to compute the same states:
   copy of b or x (the sequential scan under `jax.vmap` makes two) and no L×P copy of a.
   Gradient by a custom VJP (the adjoint recurrence, same kernel); no forward-mode `jax.jvp`.
   Work O(LP).
+- `"pallas"` (opt-in, never chosen by `"auto"`): a fused Pallas kernel written for the
+  Triton (GPU) backend, in `_pallas.py`: one program per block of lanes walks time in
+  unrolled chunks with the state in registers; gradient by a custom VJP running the same
+  kernel backwards. Off GPU it runs in Pallas interpret mode automatically (correct, slow).
+  Work O(LP).
 - `"auto"`: sequential on CPU, parallel elsewhere (decided at trace time).
 
 `a` may be time-invariant (P,) (S5's Λ̄; no L×P copy of it is made by the sequential scan)
@@ -27,6 +32,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Inexact
+
+from ._pallas import pallas_recurrence
 
 __all__ = ["CHUNK_SIZE", "SCAN_METHODS", "linear_recurrence", "resolve_scan_method"]
 
@@ -194,10 +201,16 @@ def _chunk_carries(a_chunk, h_end, reverse):
     return s_in
 
 
+def _pallas(a, b, reverse):
+    """The fused kernel; interpret mode unless the default backend is a GPU (trace time)."""
+    return pallas_recurrence(a, b, reverse=reverse, interpret=None)
+
+
 SCAN_METHODS: dict[str, Callable] = {
     "sequential": _sequential,
     "parallel": _parallel,
     "chunked": _chunked,
+    "pallas": _pallas,
 }
 
 
@@ -229,7 +242,8 @@ def linear_recurrence(
     - `reverse`: run from the last step to the first: x_k = a_k ⊙ x_{k+1} + b_k.
     - `initial_state`: the state before the first processed step (zeros if `None`).
     - `resets`: (L,) booleans; where true the state restarts there: x_k = b_k.
-    - `method`: `"auto"`, `"sequential"`, `"parallel"` or `"chunked"`.
+    - `method`: `"auto"`, `"sequential"`, `"parallel"`, `"chunked"` or `"pallas"` (opt-in
+      fused kernel; interpret mode off GPU).
 
     **Returns:** `(xs, final_state)`: xs of shape (L, P); the final state is the last one
     processed (xs[-1], or xs[0] when `reverse`).
