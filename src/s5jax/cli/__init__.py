@@ -4,7 +4,7 @@ s5jax train EXPERIMENT|CONFIG.toml [--set a.b=c ...] [--workdir DIR] [--resume]
 s5jax train --data FILE.npz [--set ...]        your own data, default model
 s5jax eval RUN_DIR [--split test] [--step-rescale R] [--checkpoint best|latest]
 s5jax list
-s5jax data prepare NAME [--source PATH] [--generate]
+s5jax data prepare NAME [--source PATH] [--generate [--count N] [--seed S]]
 """
 
 from __future__ import annotations
@@ -98,8 +98,18 @@ def _parser() -> argparse.ArgumentParser:
     prep.add_argument(
         "--generate",
         action="store_true",
-        help="listops only: generate with the LRA algorithm instead of reading",
+        help="listops, pathfinder (32x32) and pathx (128x128): generate with the original "
+        "algorithm (seeded) into --source (default <data root>/generated) instead of reading; "
+        "synthetic data, not comparable with published numbers",
     )
+    prep.add_argument(
+        "--count",
+        type=int,
+        metavar="N",
+        help="pathfinder/pathx with --generate: number of images (default 2000, a first look; "
+        "the LRA release has 200,000 per difficulty)",
+    )
+    prep.add_argument("--seed", type=int, default=0, help="seed for --generate (default 0)")
     return parser
 
 
@@ -182,11 +192,23 @@ def _prepare(args) -> int:
     from ..train._datasets import prepare_named
 
     if args.generate:
-        if args.name != "listops":
-            raise SystemExit("--generate is only available for listops")
+        resolution = {"pathfinder": 32, "pathx": 128}.get(args.name)
+        if args.name != "listops" and resolution is None:
+            raise SystemExit("--generate is only available for listops, pathfinder and pathx")
+        if args.count is not None and resolution is None:
+            raise ValueError("--count applies to pathfinder and pathx only")
+        if args.count is not None and args.count < 1:
+            raise ValueError(f"--count must be at least 1, got {args.count}")
         target = args.source or d.data_root() / "generated"
-        folder = d.generate_listops(target)
-        dataset = d.prepare_listops(folder.parent)
+        if resolution is None:
+            folder = d.generate_listops(target, seed=args.seed)
+            dataset = d.prepare_listops(folder.parent)
+        else:
+            count = 2000 if args.count is None else args.count
+            folder = d.generate_pathfinder(
+                target, resolution=resolution, n_images=count, seed=args.seed, overwrite=True
+            )
+            dataset = d.prepare_pathfinder(folder.parent, resolution=resolution, force=True)
     else:
         dataset = prepare_named(args.name, args.source)
     print(d.describe(dataset))

@@ -28,6 +28,7 @@ from ._listops import (
 from ._mnist import bitreversal_permutation, prepare_psmnist, prepare_smnist
 from ._npz import describe, load_user_npz
 from ._pathfinder import prepare_pathfinder
+from ._pathfinder_gen import generate_pathfinder
 from ._pendulum import (
     PENDULUM_FILENAME,
     generate_pendulum_npz,
@@ -59,6 +60,7 @@ __all__ = [
     "evaluate_listops",
     "generate_listops",
     "generate_listops_examples",
+    "generate_pathfinder",
     "generate_pendulum_npz",
     "iterate_batches",
     "listops_tokenize",
