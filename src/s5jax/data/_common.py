@@ -24,7 +24,13 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "data_root",
+    "read_generated",
 ]
+
+#: The file a generator writes next to the data it generates (`"generated": true`, the
+#: generator, seed and parameters). Readers copy it into the prepared dataset's
+#: `meta["generated"]`, so results trained on generated data are labelled as such.
+GENERATED_FILE = "generator.json"
 
 DATA_ROOT_ENV = "S5JAX_DATA"
 
@@ -104,3 +110,17 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_generated(folder: str | os.PathLike) -> dict | None:
+    """The generator provenance in `folder` (its `generator.json`), or None for real data."""
+    import json
+
+    path = Path(folder) / GENERATED_FILE
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise DatasetError(f"{path} is unreadable ({error}); delete it or regenerate") from None
+    return record if isinstance(record, dict) and record.get("generated") is True else None

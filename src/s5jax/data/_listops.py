@@ -16,13 +16,14 @@ truncate to `l_max - 1 = 2047` tokens, append `<eos>`; vocabulary `<pad>`=0, `<u
 from __future__ import annotations
 
 import csv
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from ._common import DatasetError, atomic_dir, data_root
+from ._common import GENERATED_FILE, DatasetError, atomic_dir, data_root, read_generated
 from ._prepared import PreparedDataset, Split, load_prepared, save_prepared
 from ._vocab import (
     Progress,
@@ -279,6 +280,21 @@ def generate_listops(
                 writer = csv.writer(f, delimiter="\t")
                 writer.writerow(_HEADER)
                 writer.writerows(examples[start:stop])
+        provenance = {
+            "generated": True,
+            "generator": "s5jax.generate_listops/1",
+            "algorithm": "LRA ListOps generator (listops.py), re-implemented; synthetic data, "
+            "not comparable with published LRA numbers",
+            "seed": seed,
+            "sizes": {"train": n_train, "val": n_val, "test": len(examples) - n_train - n_val},
+            "params": {
+                "max_depth": max_depth,
+                "max_args": max_args,
+                "min_length": min_length,
+                "max_length": max_length,
+            },
+        }
+        (tmp / GENERATED_FILE).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
     return folder
 
 
@@ -402,6 +418,8 @@ def prepare_listops(
     if l_max < 2:
         raise ValueError(f"l_max must be at least 2, got {l_max}")
     provenance = {"preparer": _PREPARER, "source": str(folder), "options": {"l_max": l_max}}
+    if (generated := read_generated(folder)) is not None:
+        provenance["generated"] = generated
     if not force and (cached := reuse_prepared(out, provenance)) is not None:
         return cached
     ids: dict[str, int] = {}

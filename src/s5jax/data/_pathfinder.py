@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ._common import DatasetError
+from ._common import DatasetError, read_generated
 from ._prepared import PreparedDataset, Split
 from .splits import random_split_indices, train_val_test_lengths
 from .splits._build import (
@@ -208,6 +208,8 @@ def prepare_pathfinder(
             ),
             "sizes": {k: len(v) for k, v in splits.items()},
         }
+        if (generated := read_generated(root / difficulty)) is not None:
+            meta["generated"] = generated
         dataset = PreparedDataset(name, "classification", splits, N_CLASSES, None, meta)
         progress(name, f"writing {out}")
         return scratch.finish(dataset)

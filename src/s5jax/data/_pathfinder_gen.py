@@ -73,7 +73,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ._common import DatasetError, atomic_dir, atomic_write_bytes, atomic_write_text
+from ._common import (
+    GENERATED_FILE,
+    DatasetError,
+    atomic_dir,
+    atomic_write_bytes,
+    atomic_write_text,
+)
 from ._vocab import Progress
 
 __all__ = [
@@ -85,7 +91,7 @@ __all__ = [
 ]
 
 _GENERATOR = "s5jax.pathfinder_gen/1"
-_PROVENANCE = "generator.json"
+_PROVENANCE = GENERATED_FILE
 RESOLUTIONS = (32, 128)
 
 

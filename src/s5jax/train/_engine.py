@@ -340,6 +340,9 @@ def _finish(run: _Run, history, out) -> dict[str, Any]:
         "test_at_best_val": ours,
         "epochs_run": history["epoch"],
         "n_params": run.n_params,
+        # Trained on data from one of our generators (ListOps, Pathfinder): the paper's
+        # figure is not a like-for-like comparison.
+        "generated_data": run.dataset.meta.get("generated") is not None,
         "paper": None
         if paper is None
         else {"value": paper.value, "unit": paper.unit, "metric": paper.metric},
@@ -353,6 +356,12 @@ def _finish(run: _Run, history, out) -> dict[str, Any]:
     ]
     table = summary_table(rows, headers=["metric", "ours", "paper"])
     print(table, file=out)
+    if summary["generated_data"]:
+        print(
+            "note: trained and tested on generated data, not the published dataset; the "
+            "paper's figure is not a like-for-like comparison",
+            file=out,
+        )
     write_json(run.workdir / "results.json", summary)
     if history["epochs"]:
         plot_curves(

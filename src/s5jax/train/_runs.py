@@ -30,8 +30,10 @@ DATA_SOURCES: dict[str, str] = {
     "scifar": "CIFAR-10 python `cifar-10-python.tar.gz` → $S5JAX_DATA/cifar/",
     "smnist": "MNIST IDX files → $S5JAX_DATA/mnist/",
     "psmnist": "MNIST IDX files → $S5JAX_DATA/mnist/",
-    "pathfinder": "LRA release `lra_release.gz` → $S5JAX_DATA/lra_release/ (pathfinder32)",
-    "pathx": "LRA release `lra_release.gz` → $S5JAX_DATA/lra_release/ (pathfinder128)",
+    "pathfinder": "LRA release `lra_release.gz` → $S5JAX_DATA/lra_release/ (pathfinder32) "
+    "(or generate: `s5jax data prepare pathfinder --generate`)",
+    "pathx": "LRA release `lra_release.gz` → $S5JAX_DATA/lra_release/ (pathfinder128) "
+    "(or generate: `s5jax data prepare pathx --generate`)",
     "speech35": "Speech Commands v0.02 `speech_commands_v0.02.tar.gz` → "
     "$S5JAX_DATA/speech_commands/",
 }
