@@ -1,18 +1,17 @@
 """Readers of users' local copies: CIFAR-10 (LRA Image, sCIFAR), MNIST (sMNIST, psMNIST),
 LRA Pathfinder / Path-X, Speech Commands v0.02 (SC35), and the torch-compatible splits.
 
-Every fixture is written here, in tmp_path, in the dataset's real on-disk format; each test states
-which two views must agree (our reading vs the reference pipeline's arithmetic, spec section).
+Every fixture is written in tmp_path, in the dataset's real on-disk format (`_fixtures.py`);
+each test states which two views must agree (our reading vs the reference pipeline's
+arithmetic, spec section).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import pickle
 import re
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +30,15 @@ from s5jax.data.splits import (
     torch_randperm,
     train_val_lengths,
     train_val_test_lengths,
+)
+
+from ._fixtures import (
+    idx_bytes,
+    write_cifar,
+    write_mnist,
+    write_pathfinder,
+    write_speech,
+    write_wav,
 )
 
 F32 = np.float32
@@ -102,26 +110,6 @@ def test_regenerated_with_torch_equals_shipped(tmp_path):
 # ----------------------------------------------------------------------------- CIFAR (§2.5, §4)
 
 
-def _write_cifar(folder: Path, per_batch: int = 4, n_test: int = 3, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True)
-    written = {}
-    names = [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]
-    for name in names:
-        n = n_test if name == "test_batch" else per_batch
-        data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
-        labels = [int(v) for v in rng.integers(0, 10, n)]
-        batch = {
-            b"batch_label": name.encode(),
-            b"labels": labels,
-            b"data": data,
-            b"filenames": [f"img_{i}.png".encode() for i in range(n)],
-        }
-        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
-        written[name] = (data, np.asarray(labels))
-    return written
-
-
 def test_grayscale_is_pillows_integer_formula():
     """grayscale_l == Pillow convert("L") on random images and on known pixels."""
     rng = np.random.default_rng(1)
@@ -139,7 +127,7 @@ def test_grayscale_is_pillows_integer_formula():
 
 
 def test_lra_image_values_and_split(tmp_path):
-    written = _write_cifar(tmp_path / "cifar" / "cifar-10-batches-py")
+    written = write_cifar(tmp_path / "cifar" / "cifar-10-batches-py")
     ds = prepare_image(tmp_path / "cifar", tmp_path / "out")
     assert ds.name == "image" and ds.n_classes == 10 and ds.vocab_size is None
     assert {k: len(v) for k, v in ds.splits.items()} == {"train": 18, "val": 2, "test": 3}
@@ -160,7 +148,7 @@ def test_lra_image_values_and_split(tmp_path):
 
 
 def test_scifar_keeps_colour_per_channel(tmp_path):
-    written = _write_cifar(tmp_path / "cifar-10-batches-py")
+    written = write_cifar(tmp_path / "cifar-10-batches-py")
     ds = prepare_scifar(tmp_path / "cifar-10-batches-py", tmp_path / "out")
     x = ds.splits["test"].x
     assert x.shape == (3, 1024, 3) and x.dtype == np.float32
@@ -175,7 +163,7 @@ def test_scifar_keeps_colour_per_channel(tmp_path):
 
 def test_cifar_bad_pickle_names_the_file(tmp_path):
     folder = tmp_path / "cifar-10-batches-py"
-    _write_cifar(folder)
+    write_cifar(folder)
     (folder / "data_batch_3").write_bytes(b"not a pickle")
     with pytest.raises(DatasetError, match="data_batch_3"):
         prepare_image(folder, tmp_path / "out")
@@ -184,36 +172,13 @@ def test_cifar_bad_pickle_names_the_file(tmp_path):
 
 def test_cifar_pickle_cannot_run_code(tmp_path):
     folder = tmp_path / "cifar-10-batches-py"
-    _write_cifar(folder)
+    write_cifar(folder)
     (folder / "test_batch").write_bytes(pickle.dumps(print, protocol=2))
     with pytest.raises(DatasetError, match="test_batch"):
         prepare_image(folder, tmp_path / "out")
 
 
 # ----------------------------------------------------------------------------- MNIST (§4)
-
-
-def _idx(array: np.ndarray, magic: int) -> bytes:
-    header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in array.shape)
-    return header + array.astype(np.uint8).tobytes()
-
-
-def _write_mnist(folder: Path, *, gz: bool, n_train: int = 20, n_test: int = 5) -> dict:
-    rng = np.random.default_rng(2)
-    folder.mkdir(parents=True)
-    arrays = {
-        "train-images-idx3-ubyte": (rng.integers(0, 256, (n_train, 28, 28)), 2051),
-        "train-labels-idx1-ubyte": (rng.integers(0, 10, n_train), 2049),
-        "t10k-images-idx3-ubyte": (rng.integers(0, 256, (n_test, 28, 28)), 2051),
-        "t10k-labels-idx1-ubyte": (rng.integers(0, 10, n_test), 2049),
-    }
-    for name, (array, magic) in arrays.items():
-        raw = _idx(array, magic)
-        if gz:
-            (folder / f"{name}.gz").write_bytes(gzip.compress(raw))
-        else:
-            (folder / name).write_bytes(raw)
-    return {name: array for name, (array, _) in arrays.items()}
 
 
 def test_bitreversal_permutation_matches_the_spec():
@@ -226,7 +191,7 @@ def test_bitreversal_permutation_matches_the_spec():
 
 @pytest.mark.parametrize("gz", [True, False])
 def test_smnist_values_and_split(tmp_path, gz):
-    arrays = _write_mnist(tmp_path / "mnist" / "MNIST" / "raw", gz=gz)
+    arrays = write_mnist(tmp_path / "mnist" / "MNIST" / "raw", gz=gz)
     ds = prepare_smnist(tmp_path / "mnist", tmp_path / "out")
     assert {k: len(v) for k, v in ds.splits.items()} == {"train": 18, "val": 2, "test": 5}
     assert ds.n_classes == 10 and ds.vocab_size is None
@@ -243,7 +208,7 @@ def test_smnist_values_and_split(tmp_path, gz):
 
 
 def test_psmnist_applies_the_bitreversal_permutation(tmp_path):
-    _write_mnist(tmp_path / "raw", gz=True)
+    write_mnist(tmp_path / "raw", gz=True)
     plain = prepare_smnist(tmp_path, tmp_path / "s")
     permuted = prepare_psmnist(tmp_path, tmp_path / "ps")
     p = bitreversal_permutation(784)
@@ -254,8 +219,9 @@ def test_psmnist_applies_the_bitreversal_permutation(tmp_path):
 
 def test_mnist_bad_idx_names_the_file(tmp_path):
     source = tmp_path / "mnist"
-    _write_mnist(source, gz=False)
-    (source / "t10k-labels-idx1-ubyte").write_bytes(_idx(np.zeros(4), 2049))  # 4 labels, 5 imgs
+    write_mnist(source, gz=False)
+    # 4 labels for 5 images
+    (source / "t10k-labels-idx1-ubyte").write_bytes(idx_bytes(np.zeros(4), 2049))
     with pytest.raises(DatasetError, match="t10k-labels-idx1-ubyte"):
         prepare_smnist(source, tmp_path / "out")
     (source / "t10k-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x02garbage")
@@ -267,31 +233,8 @@ def test_mnist_bad_idx_names_the_file(tmp_path):
 # ----------------------------------------------------------------------------- Pathfinder (§2.2)
 
 
-def _write_pathfinder(
-    base: Path, resolution: int = 32, difficulty: str = "curv_contour_length_14", n: int = 10
-) -> tuple[Path, list[np.ndarray], list[int]]:
-    """n PNGs in two metadata batches named 2 and 10 (integer order ≠ string order)."""
-    rng = np.random.default_rng(3)
-    root = base / f"pathfinder{resolution}" / difficulty
-    (root / "metadata").mkdir(parents=True)
-    images, labels = [], []
-    for batch, count in (("2", n // 2), ("10", n - n // 2)):
-        (root / "imgs" / batch).mkdir(parents=True)
-        lines = []
-        for k in range(count):
-            pixels = rng.integers(0, 256, (resolution, resolution), dtype=np.uint8)
-            pixels[0, :2] = (0, 255)
-            Image.fromarray(pixels, "L").save(root / "imgs" / batch / f"sample_{k}.png")
-            label = int(rng.integers(0, 2))
-            lines.append(f"imgs/{batch} sample_{k}.png {k} {label} 1.0 14 4 2 0.5 1 1")
-            images.append(pixels)
-            labels.append(label)
-        (root / "metadata" / f"{batch}.npy").write_text("\n".join(lines) + "\n")
-    return root, images, labels
-
-
 def test_pathfinder_values_order_and_split(tmp_path):
-    _, images, labels = _write_pathfinder(tmp_path / "lra_release" / "lra_release")
+    _, images, labels = write_pathfinder(tmp_path / "lra_release" / "lra_release")
     ds = prepare_pathfinder(tmp_path, tmp_path / "out", resolution=32)
     assert ds.name == "pathfinder" and ds.n_classes == 2
     assert {k: len(v) for k, v in ds.splits.items()} == {"train": 8, "val": 1, "test": 1}
@@ -308,13 +251,13 @@ def test_pathfinder_values_order_and_split(tmp_path):
 
 
 def test_pathx_reads_128_pixel_images(tmp_path):
-    _write_pathfinder(tmp_path, resolution=128)
+    write_pathfinder(tmp_path, resolution=128)
     ds = prepare_pathfinder(tmp_path / "pathfinder128", tmp_path / "out", resolution=128)
     assert ds.name == "pathx" and ds.splits["train"].x.shape == (8, 16384, 1)
 
 
 def test_pathfinder_blacklisted_file_is_skipped(tmp_path):
-    root, _, _ = _write_pathfinder(tmp_path, difficulty="curv_baseline", n=11)
+    root, _, _ = write_pathfinder(tmp_path, difficulty="curv_baseline", n=11)
     (root / "imgs" / "0").mkdir()
     (root / "imgs" / "0" / "sample_172.png").write_bytes(b"")  # the release's empty file
     (root / "metadata" / "0.npy").write_text("imgs/0 sample_172.png 172 1 1.0 6 2 2 0.5 1 1\n")
@@ -323,7 +266,7 @@ def test_pathfinder_blacklisted_file_is_skipped(tmp_path):
 
 
 def test_pathfinder_unreadable_png_names_the_file(tmp_path):
-    root, _, _ = _write_pathfinder(tmp_path)
+    root, _, _ = write_pathfinder(tmp_path)
     bad = root / "imgs" / "10" / "sample_3.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n truncated")
     with pytest.raises(DatasetError, match=re.escape(str(bad))):
@@ -332,39 +275,13 @@ def test_pathfinder_unreadable_png_names_the_file(tmp_path):
 
 
 def test_pathfinder_too_few_images_is_an_empty_split(tmp_path):
-    _write_pathfinder(tmp_path, n=9)  # int(0.1 · 9) = 0 val images
+    write_pathfinder(tmp_path, n=9)  # int(0.1 · 9) = 0 val images
     with pytest.raises(DatasetError, match="metadata"):
         prepare_pathfinder(tmp_path, tmp_path / "out")
     _no_leftovers(tmp_path / "out")
 
 
 # ----------------------------------------------------------------------------- Speech (§3)
-
-
-def _write_wav(path: Path, samples: np.ndarray, rate: int = 16_000, channels: int = 1) -> None:
-    with wave.open(str(path), "wb") as f:
-        f.setnchannels(channels)
-        f.setsampwidth(2)
-        f.setframerate(rate)
-        f.writeframes(np.asarray(samples, "<i2").tobytes())
-
-
-def _write_speech(root: Path) -> dict[str, tuple[np.ndarray, int]]:
-    """Clips in 4 of the 35 folders (all 35 exist); each split holds a short clip."""
-    rng = np.random.default_rng(4)
-    for word in [*CLASSES, "_background_noise_"]:
-        (root / word).mkdir(parents=True)
-    clips = {}
-    for word in ("zero", "bed", "yes", "backward"):
-        for k in range(3):
-            length = 16_000 if k else 12_345
-            samples = rng.integers(-32768, 32768, length).astype(np.int16)
-            _write_wav(root / word / f"spk{k}_nohash_0.wav", samples)
-            clips[f"{word}/spk{k}_nohash_0.wav"] = (samples, CLASSES.index(word))
-    (root / "validation_list.txt").write_text("bed/spk1_nohash_0.wav\nyes/spk0_nohash_0.wav\n")
-    (root / "testing_list.txt").write_text("zero/spk0_nohash_0.wav\nbackward/spk1_nohash_0.wav\n")
-    (root / "README.md").write_text("fixture")
-    return clips
 
 
 def test_class_order_is_the_reference_list():
@@ -374,7 +291,7 @@ def test_class_order_is_the_reference_list():
 
 
 def test_speech_padding_scaling_normalisation_and_8khz(tmp_path):
-    clips = _write_speech(tmp_path / "SpeechCommands")
+    clips = write_speech(tmp_path / "SpeechCommands")
     ds = prepare_speech_commands(tmp_path, tmp_path / "out")
     assert ds.name == "speech35" and ds.n_classes == 35 and ds.vocab_size is None
     sizes = {k: len(v) for k, v in ds.splits.items()}
@@ -420,16 +337,16 @@ def test_speech_padding_scaling_normalisation_and_8khz(tmp_path):
 
 @pytest.mark.parametrize("rate, channels", [(8_000, 1), (16_000, 2)])
 def test_speech_wrong_format_names_the_file(tmp_path, rate, channels):
-    _write_speech(tmp_path)
+    write_speech(tmp_path)
     bad = tmp_path / "cat" / "bad_nohash_0.wav"
-    _write_wav(bad, np.zeros(100 * channels, np.int16), rate=rate, channels=channels)
+    write_wav(bad, np.zeros(100 * channels, np.int16), rate=rate, channels=channels)
     with pytest.raises(DatasetError, match=re.escape(str(bad))):
         prepare_speech_commands(tmp_path, tmp_path / "out")
     _no_leftovers(tmp_path / "out")
 
 
 def test_speech_empty_split_names_the_list(tmp_path):
-    _write_speech(tmp_path)
+    write_speech(tmp_path)
     (tmp_path / "testing_list.txt").write_text("cat/not_there.wav\n")
     with pytest.raises(DatasetError, match=re.escape("testing_list.txt")):
         prepare_speech_commands(tmp_path, tmp_path / "out")
@@ -437,7 +354,7 @@ def test_speech_empty_split_names_the_list(tmp_path):
 
 
 def test_speech_missing_class_folder(tmp_path):
-    _write_speech(tmp_path)
+    write_speech(tmp_path)
     (tmp_path / "wow").rmdir()
     with pytest.raises(DatasetError, match="wow"):
         prepare_speech_commands(tmp_path, tmp_path / "out")
@@ -471,7 +388,7 @@ def test_missing_data_says_what_to_download_and_where(tmp_path, monkeypatch, pre
 
 def test_prepare_is_idempotent_and_cached(tmp_path, capsys):
     folder = tmp_path / "cifar-10-batches-py"
-    _write_cifar(folder)
+    write_cifar(folder)
     first = prepare_image(folder, tmp_path / "out")
     assert "[s5jax.data] image: reading" in capsys.readouterr().err
     stamp = (tmp_path / "out" / "meta.json").stat().st_mtime_ns

@@ -1,9 +1,9 @@
 """LRA text tasks: ListOps (generator + reader), Text (IMDB) and Retrieval (AAN).
 
-Fixtures are written here in each real on-disk format, then read back by the readers; the
-expected token ids are worked out by hand from the S4/S5 rules (`datasets.md` §2.1, §2.3,
-§2.4, §5): specials `<pad>`=0, `<unk>`=1, `<eos>`=2 first, then train tokens (counted after
-truncation) by descending count, ties in string order.
+Fixtures are written in each real on-disk format (`_fixtures.py`), then read back by the
+readers; the expected token ids are worked out by hand from the S4/S5 rules (`datasets.md`
+§2.1, §2.3, §2.4, §5): specials `<pad>`=0, `<unk>`=1, `<eos>`=2 first, then train tokens
+(counted after truncation) by descending count, ties in string order.
 """
 
 import numpy as np
@@ -23,40 +23,10 @@ from s5jax.data._listops import (
 )
 from s5jax.data._vocab import build_vocab
 
+from ._fixtures import write_aan, write_imdb, write_listops
+
 # ---------------------------------------------------------------------------------------
 # Helpers
-
-
-def write_listops(folder, rows_by_split, *, header="Source\tTarget"):
-    """Write listops-1000/basic_{split}.tsv as LRA does (csv, CRLF line ends)."""
-    d = folder / "listops-1000"
-    d.mkdir(parents=True)
-    for split, rows in rows_by_split.items():
-        lines = [header] + [f"{src}\t{label}" for src, label in rows]
-        (d / f"basic_{split}.tsv").write_bytes(("\r\n".join(lines) + "\r\n").encode())
-    return d
-
-
-def write_imdb(folder, reviews):
-    """reviews: {(split, 'pos'|'neg'): {filename: text}}."""
-    root = folder / "aclImdb"
-    for split in ("train", "test"):
-        for label in ("neg", "pos"):
-            (root / split / label).mkdir(parents=True)
-    for (split, label), files in reviews.items():
-        for name, text in files.items():
-            (root / split / label / name).write_text(text, encoding="utf-8")
-    return root
-
-
-def write_aan(folder, rows_by_split):
-    d = folder / "lra_release" / "tsv_data"
-    d.mkdir(parents=True)
-    names = {"train": "train", "val": "eval", "test": "test"}
-    for split, rows in rows_by_split.items():
-        text = "".join("\t".join(r) + "\n" for r in rows)
-        (d / f"new_aan_pairs.{names[split]}.tsv").write_text(text, encoding="utf-8")
-    return d
 
 
 def assert_nothing_cached(out):
