@@ -16,7 +16,14 @@ import numpy as np
 from .. import data as s5data
 from ..data import PreparedDataset, Split
 
-__all__ = ["DATASETS", "load_dataset", "prepare_named", "synthetic_dataset"]
+__all__ = [
+    "DATASETS",
+    "PREPARED_FOLDERS",
+    "limit_and_check",
+    "load_dataset",
+    "prepare_named",
+    "synthetic_dataset",
+]
 
 
 def synthetic_dataset(
@@ -46,9 +53,25 @@ def synthetic_dataset(
     )
 
 
-def _prepare(fn: Callable, **kwargs) -> Callable:
+def _prepare(fn: Callable, prepared: str | None = None, **kwargs) -> Callable:
+    """A loader that calls `fn` (a `prepare_*` reader) with the config's `data.root`.
+
+    Without `data.root`, a dataset already prepared under `<data root>/prepared/<prepared>`
+    is used as it is, whatever source it was prepared from (`s5jax data prepare NAME
+    --source PATH` or `--generate`): the cache records its source and the run prints it.
+    """
+
     def load(data_cfg):
-        return fn(data_cfg.root, **kwargs) if data_cfg.root else fn(**kwargs)
+        if data_cfg.root:
+            return fn(data_cfg.root, **kwargs)
+        if prepared is not None:
+            folder = s5data.data_root() / "prepared" / prepared
+            if (folder / "meta.json").is_file():
+                try:
+                    return s5data.load_prepared(folder)
+                except s5data.DatasetError:
+                    pass  # damaged or half-written cache: prepare again below
+        return fn(**kwargs)
 
     return load
 
@@ -58,16 +81,21 @@ DATASETS: dict[str, Callable] = {
         seq_len=cfg.seq_len or 32, n_train=cfg.n_train or 64, n_eval=cfg.n_eval or 32
     ),
     "pendulum": _prepare(s5data.prepare_pendulum),
-    "listops": _prepare(s5data.prepare_listops),
-    "text": _prepare(s5data.prepare_text),
-    "retrieval": _prepare(s5data.prepare_retrieval),
-    "image": _prepare(s5data.prepare_image),
-    "scifar": _prepare(s5data.prepare_scifar),
-    "smnist": _prepare(s5data.prepare_smnist),
-    "psmnist": _prepare(s5data.prepare_psmnist),
-    "pathfinder": _prepare(s5data.prepare_pathfinder, resolution=32),
-    "pathx": _prepare(s5data.prepare_pathfinder, resolution=128),
-    "speech35": _prepare(s5data.prepare_speech_commands),
+    "listops": _prepare(s5data.prepare_listops, "listops"),
+    "text": _prepare(s5data.prepare_text, "text"),
+    "retrieval": _prepare(s5data.prepare_retrieval, "retrieval"),
+    "image": _prepare(s5data.prepare_image, "image"),
+    "scifar": _prepare(s5data.prepare_scifar, "scifar"),
+    "smnist": _prepare(s5data.prepare_smnist, "smnist"),
+    "psmnist": _prepare(s5data.prepare_psmnist, "psmnist"),
+    "pathfinder": _prepare(s5data.prepare_pathfinder, "pathfinder", resolution=32),
+    "pathx": _prepare(s5data.prepare_pathfinder, "pathx", resolution=128),
+    "speech35": _prepare(s5data.prepare_speech_commands, "speech35"),
+}
+
+#: The folder under `<data root>/prepared/` of each dataset read from disk.
+PREPARED_FOLDERS = {
+    name: name for name in DATASETS if name not in ("synthetic", "pendulum")
 }
 
 
@@ -82,7 +110,51 @@ def load_dataset(data_cfg) -> PreparedDataset:
         raise ValueError(
             f"data.dataset must be one of {sorted(DATASETS)} or a path to a .npz file, got {name!r}"
         )
-    return DATASETS[name](data_cfg)
+    dataset = DATASETS[name](data_cfg)
+    if name == "synthetic":  # made to the requested sizes already
+        return dataset
+    return limit_and_check(dataset, data_cfg)
+
+
+def sequence_length(split: Split) -> int:
+    """Steps per example: token ids are (N, L) or (N, 2, L) pairs; features (N, L, d)."""
+    x = split.x
+    return int(x.shape[-1] if np.issubdtype(x.dtype, np.integer) else x.shape[1])
+
+
+def limit_and_check(dataset: PreparedDataset, data_cfg) -> PreparedDataset:
+    """Apply `data.n_train` / `data.n_eval` (keep the first examples of each split) and check
+    `data.seq_len` against the train, val and test splits."""
+    import dataclasses
+
+    if data_cfg.seq_len is not None:
+        for split_name in ("train", "val", "test"):
+            if split_name not in dataset.splits:
+                continue
+            length = sequence_length(dataset.splits[split_name])
+            if length != data_cfg.seq_len:
+                raise s5data.DatasetError(
+                    f"data.seq_len = {data_cfg.seq_len} but the {split_name} split of "
+                    f"{dataset.name!r} has sequences of length {length} (source: "
+                    f"{dataset.meta.get('source', 'unknown')}); prepare the dataset with the "
+                    "paper's options or set data.seq_len to match"
+                )
+    limits = {"train": data_cfg.n_train}
+    limits |= {s: data_cfg.n_eval for s in dataset.splits if s != "train"}
+    if all(v is None for v in limits.values()):
+        return dataset
+
+    def head(split: Split, n: int | None) -> Split:
+        if n is None or n >= len(split):
+            return split
+        return Split(**{
+            f.name: None if getattr(split, f.name) is None else getattr(split, f.name)[:n]
+            for f in dataclasses.fields(split)
+        })  # fmt: skip
+
+    splits = {s: head(split, limits.get(s)) for s, split in dataset.splits.items()}
+    meta = {**dataset.meta, "limited": {s: len(v) for s, v in splits.items()}}
+    return dataclasses.replace(dataset, splits=splits, meta=meta)
 
 
 def prepare_named(name: str, source=None) -> PreparedDataset:

@@ -237,6 +237,7 @@ def train_and_evaluate(
         file=out,
     )
     print(run.group_table, file=out)
+    print(_describe_data(dataset), file=out)
 
     ckpt = Checkpoints(workdir)
     history: dict[str, Any] = {
@@ -314,6 +315,16 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
                 file=out,
             )
             break
+
+
+def _describe_data(dataset: PreparedDataset) -> str:
+    sizes = ", ".join(f"{k} {len(v):,}" for k, v in dataset.splits.items())
+    line = f"data: {dataset.name} ({sizes})"
+    if source := dataset.meta.get("source"):
+        line += f" from {source}"
+    if dataset.meta.get("generated") is not None:
+        line += " [generated data]"
+    return line
 
 
 def _zero_shot(run: _Run) -> dict[str, float]:

@@ -38,7 +38,6 @@ DATA_SOURCES: dict[str, str] = {
     "$S5JAX_DATA/speech_commands/",
 }
 
-_PREPARED = {"pathfinder": "pathfinder", "pathx": "pathx", "speech35": "speech_commands"}
 
 
 def data_status(dataset: str) -> str:
@@ -51,7 +50,9 @@ def data_status(dataset: str) -> str:
             if (data_root() / "pendulum" / "pend_regression.npz").is_file()
             else ("generated on first use")
         )
-    folder = data_root() / "prepared" / _PREPARED.get(dataset, dataset)
+    from ._datasets import PREPARED_FOLDERS
+
+    folder = data_root() / "prepared" / PREPARED_FOLDERS.get(dataset, dataset)
     return "ready" if (folder / "meta.json").is_file() else "missing"
 
 
