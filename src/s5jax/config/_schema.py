@@ -44,6 +44,7 @@ Encoder = Literal["dense", "embedding", "pendulum_cnn"]
 Pooling = Literal["mean", "masked_mean", "last", "none"]
 Head = Literal["classification", "regression", "gaussian", "retrieval"]
 TimestepMode = Literal["irregular", "drop", "append"]
+Remat = Literal["none", "layers", "ssm"]
 Partition = Literal["standard", "BandCdecay", "BfastandCdecay", "noBCdecay"]
 Schedule = Literal["cosine", "constant"]
 Unit = Literal["%", "1e-3", "1"]
@@ -83,6 +84,12 @@ class ModelConfig:
     Sizes: `n_layers` layers of width `d_model` (H); each S5 SSM has `ssm_size` (P_full) complex
     states initialised from `blocks` (J) HiPPO-N blocks of size `ssm_size // blocks`. Under
     `conj_sym` only half the states are stored (`state_size`) and that block size must be even.
+
+    `remat` trades compute for memory in training (results are unchanged): `"layers"`
+    recomputes each sequence layer in the backward pass (only layer inputs are kept), `"ssm"`
+    recomputes only the SSM of each layer (its input and output are kept), `"none"` keeps every
+    intermediate. (On CPU the saving needs
+    `XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false`; see benchmarks/README.md.)
     """
 
     n_layers: int = 6
@@ -109,6 +116,7 @@ class ModelConfig:
     pooling: Pooling = "mean"
     head: Head = "classification"
     timestep_mode: TimestepMode = "irregular"
+    remat: Remat = "none"
 
     def __post_init__(self) -> None:
         check_fields(self, "model")

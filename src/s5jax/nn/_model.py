@@ -86,6 +86,27 @@ def _split(key: PRNGKeyArray | None, n: int):
     return [None] * n if key is None else list(jax.random.split(key, n))
 
 
+REMAT = ("none", "layers", "ssm")
+
+
+def _call_layer(layer, x, state, key, inference, step_rescale, dt, resets):
+    return layer(
+        x, state, key=key, inference=inference, step_rescale=step_rescale, dt=dt, resets=resets
+    )
+
+
+class _CheckpointedSSM(eqx.Module):
+    """An SSM whose forward pass is recomputed in the backward pass (`remat = "ssm"`).
+
+    Put in place of a layer's SSM at trace time only; the stored model never holds one.
+    """
+
+    ssm: S5SSM | DiscreteSSM
+
+    def __call__(self, x, **kwargs):
+        return eqx.filter_checkpoint(lambda ssm, x, kwargs: ssm(x, **kwargs))(self.ssm, x, kwargs)
+
+
 class S5Model(eqx.Module):
     """A deep S5 network for one example (use `build_model`, or `eqx.nn.make_with_state`).
 
@@ -97,6 +118,13 @@ class S5Model(eqx.Module):
     - `scan_method`: the SSM scan, `"auto"`, `"sequential"` or `"parallel"`.
     - `dtype`: real dtype of the parameters.
     - `key`: PRNG key (keyword-only).
+
+    `cfg.remat` (`"none"` when absent) chooses what the backward pass recomputes instead of
+    storing: `"layers"` checkpoints each sequence layer (`eqx.filter_checkpoint`; only the
+    layer inputs are kept), `"ssm"` only each layer's SSM. Outputs and gradients are the same.
+    On CPU, XLA's default scheduler moves the recomputation next to the forward pass and so
+    cancels the saving: start JAX with
+    `XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false` (benchmarks/README.md).
     """
 
     encoder: Encoder
@@ -104,6 +132,7 @@ class S5Model(eqx.Module):
     head: Head
     pooling: str = eqx.field(static=True)
     timestep_mode: str = eqx.field(static=True)
+    remat: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -116,6 +145,9 @@ class S5Model(eqx.Module):
         dtype=jnp.float32,
         key: PRNGKeyArray,
     ):
+        remat = getattr(cfg, "remat", "none")
+        if remat not in REMAT:
+            raise ValueError(f"model.remat must be one of {REMAT}, got {remat!r}")
         enc_key, head_key, *layer_keys = jax.random.split(key, 2 + 2 * cfg.n_layers)
         self.encoder = _encoder(cfg, d_input, vocab, dtype, enc_key)
         self.layers = tuple(
@@ -124,14 +156,15 @@ class S5Model(eqx.Module):
         )
         self.head = _head(cfg, n_outputs, dtype, head_key)
         self.pooling, self.timestep_mode = cfg.pooling, cfg.timestep_mode
+        self.remat = remat
 
     def stack(self, x, state, *, key, inference, step_rescale, dt=None, resets=None):
         """The sequence layers on encoded features (L, H): returns `(features, state)`."""
+        call = eqx.filter_checkpoint(_call_layer) if self.remat == "layers" else _call_layer
         for layer, k in zip(self.layers, _split(key, len(self.layers)), strict=True):
-            x, state = layer(
-                x, state, key=k, inference=inference, step_rescale=step_rescale, dt=dt,
-                resets=resets,
-            )  # fmt: skip
+            if self.remat == "ssm":
+                layer = eqx.tree_at(lambda m: m.ssm, layer, _CheckpointedSSM(layer.ssm))
+            x, state = call(layer, x, state, k, inference, step_rescale, dt, resets)
         return x, state
 
     def __call__(
