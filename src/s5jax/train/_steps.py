@@ -111,7 +111,10 @@ def make_steps(static, optimizer, head_kind: str) -> Steps:
         with jax.numpy_dtype_promotion("standard"):  # optax's bias correction mixes dtypes
             updates, opt_state = optimizer.update(grads, opt_state, params)
             params = eqx.apply_updates(params, updates)
-        grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree_util.tree_leaves(grads)))
+        # Summed from the last leaf (the first gradients the backward pass produces): with
+        # remat on CPU this lets XLA free activations early (benchmarks/README.md, remat).
+        leaves = jax.tree_util.tree_leaves(grads)
+        grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in reversed(leaves)))
         return params, state, opt_state, {"loss": loss, "metric": metric, "grad_norm": grad_norm}
 
     def eval_step(params, state, batch, step_rescale):
