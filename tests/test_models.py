@@ -423,3 +423,19 @@ def test_pendulum_cnn_equals_the_per_frame_relu_then_pool_definition():
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+@pytest.mark.parametrize("method", ["sequential", "parallel", "chunked"])
+def test_config_scan_method_reaches_every_layer_with_the_same_outputs(method):
+    base = dataclasses.replace(
+        load_experiment("synthetic").model, n_layers=2, d_model=8, ssm_size=8, blocks=2
+    )
+    cfg = dataclasses.replace(base, scan_method=method)
+    key = jax.random.PRNGKey(0)
+    model, state = build_model(cfg, d_input=3, n_outputs=2, key=key)
+    ref, ref_state = build_model(base, d_input=3, n_outputs=2, key=key)
+    assert {layer.ssm.scan_method for layer in model.layers} == {method}
+    x = jax.random.normal(jax.random.PRNGKey(1), (16, 3))
+    out = model(x, state, inference=True)[0]
+    expected = ref(x, ref_state, inference=True)[0]
+    np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-5, atol=1e-6)

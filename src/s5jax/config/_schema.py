@@ -45,6 +45,7 @@ Pooling = Literal["mean", "masked_mean", "last", "none"]
 Head = Literal["classification", "regression", "gaussian", "retrieval"]
 TimestepMode = Literal["irregular", "drop", "append"]
 Remat = Literal["none", "layers", "ssm"]
+ScanMethod = Literal["auto", "sequential", "parallel", "chunked", "pallas"]
 Partition = Literal["standard", "BandCdecay", "BfastandCdecay", "noBCdecay"]
 Schedule = Literal["cosine", "constant"]
 Unit = Literal["%", "1e-3", "1"]
@@ -85,6 +86,11 @@ class ModelConfig:
     states initialised from `blocks` (J) HiPPO-N blocks of size `ssm_size // blocks`. Under
     `conj_sym` only half the states are stored (`state_size`) and that block size must be even.
 
+    `scan_method` picks how the SSM recurrence is computed (same results): `"auto"`
+    (sequential on CPU, parallel elsewhere), `"sequential"`, `"parallel"`
+    (`associative_scan`), `"chunked"` (in-place chunked loop with its own backward pass) or
+    `"pallas"` (fused GPU kernel; interpret mode elsewhere, slow): see `s5jax.core`.
+
     `remat` trades compute for memory in training (results are unchanged): `"layers"`
     recomputes each sequence layer in the backward pass (only layer inputs are kept), `"ssm"`
     recomputes only the SSM of each layer (its input and output are kept), `"none"` keeps every
@@ -117,6 +123,7 @@ class ModelConfig:
     head: Head = "classification"
     timestep_mode: TimestepMode = "irregular"
     remat: Remat = "none"
+    scan_method: ScanMethod = "auto"
 
     def __post_init__(self) -> None:
         check_fields(self, "model")

@@ -115,7 +115,8 @@ class S5Model(eqx.Module):
     - `d_input`: input features per step (ignored by the embedding encoder).
     - `n_outputs`: classes (classification, retrieval) or output dimensions (regression).
     - `vocab`: one-hot width of token inputs (embedding encoder), else None.
-    - `scan_method`: the SSM scan, `"auto"`, `"sequential"` or `"parallel"`.
+    - `scan_method`: the SSM scan, `"auto"`, `"sequential"`, `"parallel"`, `"chunked"` or
+      `"pallas"` (see `s5jax.core.linear_recurrence`).
     - `dtype`: real dtype of the parameters.
     - `key`: PRNG key (keyword-only).
 
@@ -237,13 +238,16 @@ def build_model(
     n_outputs: int,
     key: PRNGKeyArray,
     vocab: int | None = None,
-    scan_method: str = "auto",
+    scan_method: str | None = None,
     dtype=jnp.float32,
 ) -> tuple[S5Model, eqx.nn.State]:
     """Build `(model, state)` from a `ModelConfig`; see `S5Model` for the arguments.
 
-    `vocab` is the one-hot width for token inputs (False or None otherwise).
+    `vocab` is the one-hot width for token inputs (False or None otherwise). `scan_method`
+    overrides the config's `scan_method` (`"auto"` when the config has none).
     """
+    if scan_method is None:
+        scan_method = getattr(cfg, "scan_method", "auto")
     return eqx.nn.make_with_state(S5Model)(
         cfg, d_input=d_input, n_outputs=n_outputs, vocab=vocab or None,
         scan_method=scan_method, dtype=dtype, key=key,
