@@ -238,6 +238,8 @@ def train_and_evaluate(
     )
     print(run.group_table, file=out)
     print(_describe_data(dataset), file=out)
+    if (warning := _remat_warning(config)) is not None:
+        print(warning, file=out)
 
     ckpt = Checkpoints(workdir)
     history: dict[str, Any] = {
@@ -315,6 +317,21 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
                 file=out,
             )
             break
+
+
+_CPU_REMAT_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+
+def _remat_warning(config: ExperimentConfig) -> str | None:
+    """On CPU, XLA's default scheduler undoes rematerialisation (benchmarks/README.md)."""
+    if getattr(config.model, "remat", "none") == "none" or jax.default_backend() != "cpu":
+        return None
+    if _CPU_REMAT_FLAG in os.environ.get("XLA_FLAGS", ""):
+        return None
+    return (
+        f"warning: model.remat = {config.model.remat!r} saves little memory on CPU unless JAX "
+        f"starts with XLA_FLAGS={_CPU_REMAT_FLAG} (set it before running s5jax)"
+    )
 
 
 def _describe_data(dataset: PreparedDataset) -> str:

@@ -1,4 +1,5 @@
-"""Data from our generators is labelled as generated, from the folder to the run's results."""
+"""What a run tells its user about its data and setup: generated data is labelled as such,
+from the folder to the results; remat on CPU warns about the scheduler flag."""
 
 import dataclasses
 import io
@@ -62,3 +63,12 @@ def test_results_say_when_the_data_was_generated(tmp_path, generated):
     summary = train_and_evaluate(cfg, tmp_path / "run", dataset=data, progress=False, stream=out)
     assert summary["generated_data"] is generated
     assert ("generated data" in out.getvalue()) is generated
+
+
+def test_remat_on_cpu_warns_about_the_scheduler_flag(tmp_path, monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    data = synthetic_dataset(seq_len=16, n_train=32, n_eval=16)
+    cfg = apply_overrides(load_experiment("synthetic"), ["train.epochs=1", "model.remat=layers"])
+    out = io.StringIO()
+    train_and_evaluate(cfg, tmp_path / "run", dataset=data, progress=False, stream=out)
+    assert "xla_cpu_enable_concurrency_optimized_scheduler=false" in out.getvalue()
