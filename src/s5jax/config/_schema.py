@@ -45,7 +45,8 @@ Pooling = Literal["mean", "masked_mean", "last", "none"]
 Head = Literal["classification", "regression", "gaussian", "retrieval"]
 TimestepMode = Literal["irregular", "drop", "append"]
 Remat = Literal["none", "layers", "ssm"]
-ScanMethod = Literal["auto", "sequential", "parallel", "chunked", "pallas"]
+ScanMethod = Literal["auto", "fused", "sequential", "parallel", "chunked", "pallas"]
+Precision = Literal["fp32", "bf16"]
 Partition = Literal["standard", "BandCdecay", "BfastandCdecay", "noBCdecay"]
 Schedule = Literal["cosine", "constant"]
 Unit = Literal["%", "1e-3", "1"]
@@ -87,7 +88,8 @@ class ModelConfig:
     `conj_sym` only half the states are stored (`state_size`) and that block size must be even.
 
     `scan_method` picks how the SSM recurrence is computed (same results): `"auto"`
-    (sequential on CPU, parallel elsewhere), `"sequential"`, `"parallel"`
+    (fused on CPU, parallel elsewhere), `"fused"` (B̃u, recurrences and C̃x blockwise in real
+    planes with its own backward pass), `"sequential"`, `"parallel"`
     (`associative_scan`), `"chunked"` (in-place chunked loop with its own backward pass) or
     `"pallas"` (fused GPU kernel; interpret mode elsewhere, slow): see `s5jax.core`.
 
@@ -96,6 +98,10 @@ class ModelConfig:
     recomputes only the SSM of each layer (its input and output are kept), `"none"` keeps every
     intermediate. (On CPU the saving needs
     `XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false`; see benchmarks/README.md.)
+
+    `precision`: `"fp32"`, or `"bf16"` mixed precision (float32 parameters; bfloat16 matrix
+    products with float32 accumulation and bfloat16 activations; norm statistics, Λ, Δ, the
+    discretisation, the SSM state, the head's output and the loss in float32). See `S5Model`.
     """
 
     n_layers: int = 6
@@ -124,6 +130,7 @@ class ModelConfig:
     timestep_mode: TimestepMode = "irregular"
     remat: Remat = "none"
     scan_method: ScanMethod = "auto"
+    precision: Precision = "fp32"
 
     def __post_init__(self) -> None:
         check_fields(self, "model")

@@ -40,7 +40,14 @@ from ._init import (
 )
 from ._pallas import pallas_recurrence
 from ._scan import SCAN_METHODS, binary_operator, linear_recurrence, resolve_scan_method
-from ._ssm import apply_ssm, apply_ssm_continuous, init_state, ssm_step, step_multipliers
+from ._ssm import (
+    apply_ssm,
+    apply_ssm_continuous,
+    init_state,
+    resolve_ssm_method,
+    ssm_step,
+    step_multipliers,
+)
 
 __all__ = [
     "C_INITS",
@@ -71,6 +78,7 @@ __all__ = [
     "linear_recurrence",
     "pallas_recurrence",
     "resolve_scan_method",
+    "resolve_ssm_method",
     "ssm_step",
     "step_multipliers",
     "zoh_coefficients",

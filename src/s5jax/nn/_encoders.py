@@ -6,6 +6,11 @@
   Same parameters (vocab·H + H) and the same initial distribution (LeCun normal with
   fan-in = vocab, zero bias) as that Dense.
 - `PendulumCNN`: the per-frame image encoder of the pendulum regression task (§6.3, App. F.3).
+
+Precision: under `"bf16"` the encoders return bfloat16 features (their Dense layers take
+bfloat16 operands and accumulate in float32; the embedding rows are looked up in float32 and
+cast). The pendulum CNN's convolutions run in float32 in both policies; only its Dense layers
+follow the policy.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ._dense import Dense
+from ._dense import Dense, check_precision, compute_dtype
 
 __all__ = ["DenseEncoder", "EmbeddingEncoder", "PendulumCNN"]
 
@@ -23,13 +28,15 @@ __all__ = ["DenseEncoder", "EmbeddingEncoder", "PendulumCNN"]
 class DenseEncoder(eqx.Module):
     """Dense(d_input → H) at every step.
 
-    **Arguments:** `d_input`, `H`, `dtype`, and a keyword-only `key`.
+    **Arguments:** `d_input`, `H`, `dtype`, `precision`, and a keyword-only `key`.
     """
 
     dense: Dense
 
-    def __init__(self, d_input: int, H: int, *, dtype=jnp.float32, key: PRNGKeyArray):
-        self.dense = Dense(d_input, H, dtype=dtype, key=key)
+    def __init__(
+        self, d_input: int, H: int, *, dtype=jnp.float32, precision="fp32", key: PRNGKeyArray
+    ):
+        self.dense = Dense(d_input, H, dtype=dtype, precision=precision, key=key)
 
     def __call__(self, x: Float[Array, "L d_input"]) -> Float[Array, "L H"]:
         """**Arguments:** `x` (L, d_input). **Returns:** (L, H)."""
@@ -39,21 +46,27 @@ class DenseEncoder(eqx.Module):
 class EmbeddingEncoder(eqx.Module):
     """Token embedding equal to Dense(vocab → H) on one-hot vectors: W[t] + b.
 
-    **Arguments:** `vocab` (the one-hot width), `H`, `dtype`, and a keyword-only `key`.
+    **Arguments:** `vocab` (the one-hot width), `H`, `dtype`, `precision`, and a keyword-only
+    `key`.
     """
 
     weight: Float[Array, "vocab H"]
     bias: Float[Array, " H"]
     vocab: int = eqx.field(static=True)
+    precision: str = eqx.field(static=True)
 
-    def __init__(self, vocab: int, H: int, *, dtype=jnp.float32, key: PRNGKeyArray):
+    def __init__(
+        self, vocab: int, H: int, *, dtype=jnp.float32, precision="fp32", key: PRNGKeyArray
+    ):
         dense = Dense(vocab, H, dtype=dtype, key=key)
         self.weight, self.bias, self.vocab = dense.weight, dense.bias, vocab
+        self.precision = check_precision(precision)
 
     def __call__(self, tokens: Int[Array, " L"]) -> Float[Array, "L H"]:
         """**Arguments:** `tokens` (L,) integer ids in [0, vocab). **Returns:** (L, H)."""
         rows = jnp.take(self.weight, tokens, axis=0, mode="clip")
-        return rows + jnp.broadcast_to(self.bias[None, :], rows.shape)
+        rows = rows + jnp.broadcast_to(self.bias[None, :], rows.shape)
+        return rows.astype(compute_dtype(self.precision)) if self.precision != "fp32" else rows
 
 
 class PendulumCNN(eqx.Module):
@@ -65,7 +78,8 @@ class PendulumCNN(eqx.Module):
     (S5-append) the per-step interval is concatenated to the 30 features before the last
     Dense, as in the authors' `CRN_CNN(append_timestep=True)`.
 
-    **Arguments:** `H`, `append_dt`, `dtype`, and a keyword-only `key`.
+    **Arguments:** `H`, `append_dt`, `dtype`, `precision` (the Dense layers' policy), and a
+    keyword-only `key`.
     """
 
     conv1: eqx.nn.Conv2d
@@ -75,12 +89,20 @@ class PendulumCNN(eqx.Module):
     side: int = eqx.field(static=True)
     append_dt: bool = eqx.field(static=True)
 
-    def __init__(self, H: int, *, append_dt: bool = False, dtype=jnp.float32, key: PRNGKeyArray):
+    def __init__(
+        self,
+        H: int,
+        *,
+        append_dt: bool = False,
+        dtype=jnp.float32,
+        precision: str = "fp32",
+        key: PRNGKeyArray,
+    ):
         k1, k2, k3, k4 = jax.random.split(key, 4)
         self.conv1 = _conv(1, 12, 5, 1, 2, dtype, k1)
         self.conv2 = _conv(12, 12, 3, 2, 1, dtype, k2)
-        self.hidden = Dense(108, 30, dtype=dtype, key=k3)
-        self.out = Dense(30 + int(append_dt), H, dtype=dtype, key=k4)
+        self.hidden = Dense(108, 30, dtype=dtype, precision=precision, key=k3)
+        self.out = Dense(30 + int(append_dt), H, dtype=dtype, precision=precision, key=k4)
         self.side, self.append_dt = 24, append_dt
 
     def features(self, frames: Float[Array, "L 576"]) -> Float[Array, "L 30"]:

@@ -1,6 +1,10 @@
 """Pooling, output heads, losses and metrics (reference semantics §4 and datasets.md §1.8).
 
 Heads act on one example; the loss and metric functions act on a batch of head outputs.
+
+Precision: under `"bf16"` a head's hidden layers compute bfloat16 activations, and its final
+layer returns its float32 accumulator, so predictions, log-probabilities and losses are
+float32 (see `Dense`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ._dense import Dense
+from ._dense import Dense, check_precision
 
 __all__ = [
     "POOLINGS",
@@ -67,33 +71,37 @@ def pool(
 class ClassificationHead(eqx.Module):
     """Dense(H → classes) followed by log-softmax.
 
-    **Arguments:** `H`, `n_classes`, `dtype`, and a keyword-only `key`.
+    **Arguments:** `H`, `n_classes`, `dtype`, `precision`, and a keyword-only `key`.
     """
 
     decoder: Dense
 
-    def __init__(self, H: int, n_classes: int, *, dtype=jnp.float32, key: PRNGKeyArray):
-        self.decoder = Dense(H, n_classes, dtype=dtype, key=key)
+    def __init__(
+        self, H: int, n_classes: int, *, dtype=jnp.float32, precision="fp32", key: PRNGKeyArray
+    ):
+        self.decoder = Dense(H, n_classes, dtype=dtype, precision=precision, key=key)
 
     def __call__(self, z: Float[Array, "*L H"]) -> Float[Array, "*L C"]:
         """**Arguments:** `z` (H,) pooled (or (L, H)). **Returns:** log-probabilities."""
-        return jax.nn.log_softmax(self.decoder(z), axis=-1)
+        return jax.nn.log_softmax(self.decoder(z, fp32_output=True), axis=-1)
 
 
 class RegressionHead(eqx.Module):
     """Dense(H → outputs): a point prediction, trained with the MSE.
 
-    **Arguments:** `H`, `n_outputs`, `dtype`, and a keyword-only `key`.
+    **Arguments:** `H`, `n_outputs`, `dtype`, `precision`, and a keyword-only `key`.
     """
 
     decoder: Dense
 
-    def __init__(self, H: int, n_outputs: int, *, dtype=jnp.float32, key: PRNGKeyArray):
-        self.decoder = Dense(H, n_outputs, dtype=dtype, key=key)
+    def __init__(
+        self, H: int, n_outputs: int, *, dtype=jnp.float32, precision="fp32", key: PRNGKeyArray
+    ):
+        self.decoder = Dense(H, n_outputs, dtype=dtype, precision=precision, key=key)
 
     def __call__(self, z: Float[Array, "*L H"]) -> Float[Array, "*L D"]:
         """**Arguments:** `z` (H,) or (L, H). **Returns:** predictions (…, n_outputs)."""
-        return self.decoder(z)
+        return self.decoder(z, fp32_output=True)
 
 
 def gaussian_variance(ell: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
@@ -104,7 +112,8 @@ def gaussian_variance(ell: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
 class GaussianHead(eqx.Module):
     """Per-step Gaussian prediction: two MLPs (H → 30 → ReLU → D) for μ and ℓ; σ² from ℓ.
 
-    **Arguments:** `H`, `n_outputs` (D), `hidden` (30), `dtype`, and a keyword-only `key`.
+    **Arguments:** `H`, `n_outputs` (D), `hidden` (30), `dtype`, `precision`, and a
+    keyword-only `key`.
     """
 
     mean_hidden: Dense
@@ -113,25 +122,34 @@ class GaussianHead(eqx.Module):
     var_out: Dense
 
     def __init__(
-        self, H: int, n_outputs: int, *, hidden: int = 30, dtype=jnp.float32, key: PRNGKeyArray
+        self,
+        H: int,
+        n_outputs: int,
+        *,
+        hidden: int = 30,
+        dtype=jnp.float32,
+        precision="fp32",
+        key: PRNGKeyArray,
     ):
         k1, k2, k3, k4 = jax.random.split(key, 4)
-        self.mean_hidden = Dense(H, hidden, dtype=dtype, key=k1)
-        self.mean_out = Dense(hidden, n_outputs, dtype=dtype, key=k2)
-        self.var_hidden = Dense(H, hidden, dtype=dtype, key=k3)
-        self.var_out = Dense(hidden, n_outputs, dtype=dtype, key=k4)
+        dense = dict(dtype=dtype, precision=check_precision(precision))
+        self.mean_hidden = Dense(H, hidden, **dense, key=k1)
+        self.mean_out = Dense(hidden, n_outputs, **dense, key=k2)
+        self.var_hidden = Dense(H, hidden, **dense, key=k3)
+        self.var_out = Dense(hidden, n_outputs, **dense, key=k4)
 
     def __call__(self, z: Float[Array, "L H"]) -> tuple[Float[Array, "L D"], Float[Array, "L D"]]:
         """**Arguments:** `z` (L, H). **Returns:** `(mean, variance)`, each (L, D)."""
-        mean = self.mean_out(jax.nn.relu(self.mean_hidden(z)))
-        ell = self.var_out(jax.nn.relu(self.var_hidden(z)))
+        mean = self.mean_out(jax.nn.relu(self.mean_hidden(z)), fp32_output=True)
+        ell = self.var_out(jax.nn.relu(self.var_hidden(z)), fp32_output=True)
         return mean, gaussian_variance(ell)
 
 
 class RetrievalHead(eqx.Module):
     """Dual-encoder matching: [o0, o1, o0 − o1, o0 ⊙ o1] → Dense(H) → GELU → Dense(2).
 
-    **Arguments:** `H`, `n_classes` (2), `gelu_approximate`, `dtype`, keyword-only `key`.
+    **Arguments:** `H`, `n_classes` (2), `gelu_approximate`, `dtype`, `precision`, and a
+    keyword-only `key`.
     """
 
     hidden: Dense
@@ -145,11 +163,12 @@ class RetrievalHead(eqx.Module):
         *,
         gelu_approximate: bool = True,
         dtype=jnp.float32,
+        precision: str = "fp32",
         key: PRNGKeyArray,
     ):
         k1, k2 = jax.random.split(key)
-        self.hidden = Dense(4 * H, H, dtype=dtype, key=k1)
-        self.decoder = Dense(H, n_classes, dtype=dtype, key=k2)
+        self.hidden = Dense(4 * H, H, dtype=dtype, precision=precision, key=k1)
+        self.decoder = Dense(H, n_classes, dtype=dtype, precision=precision, key=k2)
         self.gelu_approximate = gelu_approximate
 
     @staticmethod
@@ -160,7 +179,7 @@ class RetrievalHead(eqx.Module):
     def __call__(self, o0: Float[Array, " H"], o1: Float[Array, " H"]) -> Float[Array, " C"]:
         """**Arguments:** the pooled documents o0, o1 (H,). **Returns:** log-probabilities."""
         h = jax.nn.gelu(self.hidden(self.features(o0, o1)), approximate=self.gelu_approximate)
-        return jax.nn.log_softmax(self.decoder(h), axis=-1)
+        return jax.nn.log_softmax(self.decoder(h, fp32_output=True), axis=-1)
 
 
 # --- losses and metrics on a batch -----------------------------------------------------------

@@ -11,6 +11,10 @@ Activations, with `drop` the tied dropout of `TiedDropout` (the authors' names):
 - `half_glu2`: g = drop(gelu(y)); drop(y ⊙ σ(W2 g))      (the value path is the raw SSM output)
 
 GELU is the tanh approximation by default, as in the authors' code.
+
+Precision: under `"bf16"` the residual stream, the activation, the gate and the dropout run in
+bfloat16 (the gate's products with bfloat16 operands and float32 accumulation); the norm's
+statistics and the SSM's recurrence stay float32 (see `Dense`, `S5SSM`). `"fp32"` is unchanged.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from ._dense import Dense
+from ._dense import Dense, check_precision, compute_dtype
 from ._discrete import DiscreteSSM
 from ._norm import BatchNorm, LayerNorm
 from ._ssm import S5SSM
@@ -73,6 +77,7 @@ class SequenceLayer(eqx.Module):
     - `gelu_approximate`: tanh-approximate GELU (the authors') or the exact erf form.
     - `bn_momentum`: running-statistics momentum of BatchNorm.
     - `dtype`: real dtype of the parameters.
+    - `precision`: `"fp32"` or `"bf16"` (mixed precision; give the SSM the same policy).
     - `key`: PRNG key (keyword-only) for the gate's dense layers.
     """
 
@@ -84,6 +89,7 @@ class SequenceLayer(eqx.Module):
     activation: str = eqx.field(static=True)
     prenorm: bool = eqx.field(static=True)
     gelu_approximate: bool = eqx.field(static=True)
+    precision: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -96,29 +102,35 @@ class SequenceLayer(eqx.Module):
         gelu_approximate: bool = True,
         bn_momentum: float = 0.9,
         dtype=jnp.float32,
+        precision: str = "fp32",
         key: PRNGKeyArray,
     ):
+        check_precision(precision)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         H = ssm.H
         if norm == "batch":
-            self.norm = BatchNorm(H, momentum=bn_momentum, dtype=dtype)
+            self.norm = BatchNorm(H, momentum=bn_momentum, dtype=dtype, precision=precision)
         elif norm == "layer":
-            self.norm = LayerNorm(H, dtype=dtype)
+            self.norm = LayerNorm(H, dtype=dtype, precision=precision)
         else:
             raise ValueError(f"norm must be 'batch' or 'layer', got {norm!r}")
         k1, k2 = jax.random.split(key)
         self.ssm = ssm
-        self.out1 = Dense(H, H, dtype=dtype, key=k1) if activation == "full_glu" else None
-        self.out2 = Dense(H, H, dtype=dtype, key=k2) if activation != "gelu" else None
+        dense = dict(dtype=dtype, precision=precision)
+        self.out1 = Dense(H, H, **dense, key=k1) if activation == "full_glu" else None
+        self.out2 = Dense(H, H, **dense, key=k2) if activation != "gelu" else None
         self.drop = TiedDropout(dropout)
         self.activation, self.prenorm = activation, prenorm
         self.gelu_approximate = gelu_approximate
+        self.precision = precision
 
     def activate(
         self, y: Float[Array, "L H"], *, key: PRNGKeyArray | None = None, inference: bool = True
     ) -> Float[Array, "L H"]:
         """The activation (with its dropouts) applied to the SSM output y (L, H)."""
+        if self.precision != "fp32":
+            y = y.astype(compute_dtype(self.precision))
         k1, k2 = _split(key, 2)
         g = jax.nn.gelu(y, approximate=self.gelu_approximate)
         g = self.drop(g, key=k1, inference=inference)
@@ -154,6 +166,8 @@ class SequenceLayer(eqx.Module):
 
         **Returns:** `(y, state)` with y (L, H).
         """
+        if self.precision != "fp32":  # the residual stream in the compute dtype
+            x = x.astype(compute_dtype(self.precision))
         skip = x
         if self.prenorm:
             x, state = self.norm(x, state, inference=inference)

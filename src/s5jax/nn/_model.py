@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from ._dense import check_precision
 from ._discrete import DiscreteSSM
 from ._encoders import DenseEncoder, EmbeddingEncoder, PendulumCNN
 from ._heads import ClassificationHead, GaussianHead, RegressionHead, RetrievalHead, pool
@@ -28,37 +29,41 @@ Encoder = DenseEncoder | EmbeddingEncoder | PendulumCNN
 Head = ClassificationHead | RegressionHead | GaussianHead | RetrievalHead
 
 
+def _precision(cfg) -> str:
+    """`cfg.precision` (`"fp32"` when the config has none), validated."""
+    return check_precision(getattr(cfg, "precision", "fp32"), "model.precision")
+
+
 def _encoder(cfg, d_input, vocab, dtype, key) -> Encoder:
+    precision = _precision(cfg)
     if cfg.timestep_mode == "append" and cfg.encoder != "pendulum_cnn":
         raise ValueError("model.timestep_mode = 'append' needs model.encoder = 'pendulum_cnn'")
     if cfg.encoder == "embedding":
         if not vocab:
             raise ValueError("model.encoder = 'embedding' needs the vocabulary size (vocab=...)")
-        return EmbeddingEncoder(int(vocab), cfg.d_model, dtype=dtype, key=key)
+        return EmbeddingEncoder(int(vocab), cfg.d_model, dtype=dtype, precision=precision, key=key)
     if vocab:
         raise ValueError(f"vocab={vocab!r} given, but model.encoder = {cfg.encoder!r}")
     if cfg.encoder == "dense":
-        return DenseEncoder(d_input, cfg.d_model, dtype=dtype, key=key)
+        return DenseEncoder(d_input, cfg.d_model, dtype=dtype, precision=precision, key=key)
     if cfg.encoder == "pendulum_cnn":
         if d_input != 576:
             raise ValueError(f"the pendulum CNN reads 24×24 frames (d_input 576), got {d_input}")
         append = cfg.timestep_mode == "append"
-        return PendulumCNN(cfg.d_model, append_dt=append, dtype=dtype, key=key)
+        return PendulumCNN(cfg.d_model, append_dt=append, dtype=dtype, precision=precision, key=key)
     raise ValueError(f"unknown model.encoder {cfg.encoder!r}")
 
 
 def _head(cfg, n_outputs, dtype, key) -> Head:
-    H = cfg.d_model
+    H, options = cfg.d_model, dict(dtype=dtype, precision=_precision(cfg), key=key)
     if cfg.head == "classification":
-        return ClassificationHead(H, n_outputs, dtype=dtype, key=key)
+        return ClassificationHead(H, n_outputs, **options)
     if cfg.head == "regression":
-        return RegressionHead(H, n_outputs, dtype=dtype, key=key)
+        return RegressionHead(H, n_outputs, **options)
     if cfg.head == "gaussian":
-        return GaussianHead(H, n_outputs, dtype=dtype, key=key)
+        return GaussianHead(H, n_outputs, **options)
     if cfg.head == "retrieval":
-        return RetrievalHead(
-            H, n_outputs, gelu_approximate=cfg.gelu_approximate, dtype=dtype, key=key
-        )
+        return RetrievalHead(H, n_outputs, gelu_approximate=cfg.gelu_approximate, **options)
     raise ValueError(f"unknown model.head {cfg.head!r}")
 
 
@@ -67,7 +72,8 @@ def _ssm(cfg, dtype, scan_method, key) -> S5SSM | DiscreteSSM:
         J=cfg.blocks, conj_sym=cfg.conj_sym, bidirectional=cfg.bidirectional,
         discretization=cfg.discretization, c_init=cfg.c_init, lambda_init=cfg.lambda_init,
         dt_min=cfg.dt_min, dt_max=cfg.dt_max, scalar_dt=cfg.scalar_dt,
-        clip_eigs=cfg.clip_eigs, scan_method=scan_method, dtype=dtype, key=key,
+        clip_eigs=cfg.clip_eigs, scan_method=scan_method, dtype=dtype,
+        precision=_precision(cfg), key=key,
     )  # fmt: skip
     if cfg.parameterization == "discrete":
         return DiscreteSSM(cfg.d_model, cfg.ssm_size, **options)
@@ -78,7 +84,7 @@ def _layer(cfg, dtype, scan_method, ssm_key, key) -> SequenceLayer:
     return SequenceLayer(
         _ssm(cfg, dtype, scan_method, ssm_key), norm=cfg.norm, prenorm=cfg.prenorm,
         activation=cfg.activation, dropout=cfg.dropout, gelu_approximate=cfg.gelu_approximate,
-        bn_momentum=cfg.bn_momentum, dtype=dtype, key=key,
+        bn_momentum=cfg.bn_momentum, dtype=dtype, precision=_precision(cfg), key=key,
     )  # fmt: skip
 
 
@@ -115,8 +121,9 @@ class S5Model(eqx.Module):
     - `d_input`: input features per step (ignored by the embedding encoder).
     - `n_outputs`: classes (classification, retrieval) or output dimensions (regression).
     - `vocab`: one-hot width of token inputs (embedding encoder), else None.
-    - `scan_method`: the SSM scan, `"auto"`, `"sequential"`, `"parallel"`, `"chunked"` or
-      `"pallas"` (see `s5jax.core.linear_recurrence`).
+    - `scan_method`: how each SSM is computed: `"auto"` (the fused path on CPU), `"fused"`, or
+      a scan: `"sequential"`, `"parallel"`, `"chunked"`, `"pallas"` (see
+      `s5jax.core.apply_ssm`).
     - `dtype`: real dtype of the parameters.
     - `key`: PRNG key (keyword-only).
 
@@ -126,6 +133,12 @@ class S5Model(eqx.Module):
     On CPU, XLA's default scheduler moves the recomputation next to the forward pass and so
     cancels the saving: start JAX with
     `XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false` (benchmarks/README.md).
+
+    `cfg.precision` (`"fp32"` when absent): `"bf16"` is mixed precision. Parameters stay
+    float32; matrix products take bfloat16 operands and accumulate in float32; activations and
+    the residual stream are bfloat16; norms compute their statistics, and the SSMs Λ, Δ, the
+    discretisation and the recurrence, in float32; the features are cast back to float32
+    before pooling, and the head's final layer, the outputs and the loss are float32.
     """
 
     encoder: Encoder
@@ -134,6 +147,7 @@ class S5Model(eqx.Module):
     pooling: str = eqx.field(static=True)
     timestep_mode: str = eqx.field(static=True)
     remat: str = eqx.field(static=True)
+    precision: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -158,6 +172,15 @@ class S5Model(eqx.Module):
         self.head = _head(cfg, n_outputs, dtype, head_key)
         self.pooling, self.timestep_mode = cfg.pooling, cfg.timestep_mode
         self.remat = remat
+        self.precision = _precision(cfg)
+
+    def _to_float32(self, h):
+        """The features in float32 for pooling and the head (a no-op under `"fp32"`)."""
+        return h if self.precision == "fp32" else h.astype(self._param_dtype())
+
+    def _param_dtype(self):
+        """The parameters' real dtype (the dtype of the head's outputs)."""
+        return jax.tree_util.tree_leaves(self.head)[0].dtype
 
     def stack(self, x, state, *, key, inference, step_rescale, dt=None, resets=None):
         """The sequence layers on encoded features (L, H): returns `(features, state)`."""
@@ -206,6 +229,7 @@ class S5Model(eqx.Module):
         h, state = self.stack(
             h, state, key=key, inference=inference, step_rescale=step_rescale, dt=ssm_dt
         )
+        h = self._to_float32(h)
         if self.pooling in ("masked_mean", "last"):
             h = pool(h, self.pooling, lengths)
         else:
@@ -225,7 +249,7 @@ class S5Model(eqx.Module):
         h, state = self.stack(
             h, state, key=key, inference=inference, step_rescale=step_rescale, resets=resets
         )
-        h = h.reshape(2, L, -1)
+        h = self._to_float32(h.reshape(2, L, -1))
         o0 = pool(h[0], "masked_mean", lengths[0])
         o1 = pool(h[1], "masked_mean", lengths[1])
         return self.head(o0, o1), state

@@ -6,6 +6,9 @@ model does: a module sees one (L, H) sequence, reduces over time itself and over
 `jax.vmap(..., axis_name="batch")`. Its running statistics live in an `equinox.nn.State`.
 `LayerNorm` normalises each step over its H features. Both share one calling convention,
 `norm(x, state, *, inference) -> (y, state)`, so a layer can hold either.
+
+Both compute their statistics and the normalisation in the parameters' dtype (float32) whatever
+the input's dtype; under the `"bf16"` precision policy they return bfloat16 activations.
 """
 
 from __future__ import annotations
@@ -15,11 +18,17 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ._dense import check_precision, compute_dtype
+
 __all__ = ["BatchNorm", "LayerNorm"]
 
 
 def _row(v: Float[Array, " H"], like: Float[Array, "L H"]) -> Float[Array, "L H"]:
     return jnp.broadcast_to(v[None, :], like.shape)
+
+
+def _output(y, precision):
+    return y.astype(compute_dtype(precision)) if precision != "fp32" else y
 
 
 class BatchNorm(eqx.Module):
@@ -36,6 +45,7 @@ class BatchNorm(eqx.Module):
     - `eps`: added to the variance (1e-5 as flax).
     - `axis_name`: the `jax.vmap` axis name of the batch.
     - `dtype`: real dtype of the parameters and statistics.
+    - `precision`: `"fp32"`, or `"bf16"` (float32 statistics, bfloat16 output).
     """
 
     weight: Float[Array, " H"]
@@ -45,6 +55,7 @@ class BatchNorm(eqx.Module):
     momentum: float = eqx.field(static=True)
     eps: float = eqx.field(static=True)
     axis_name: str = eqx.field(static=True)
+    precision: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -54,6 +65,7 @@ class BatchNorm(eqx.Module):
         eps: float = 1e-5,
         axis_name: str = "batch",
         dtype=jnp.float32,
+        precision: str = "fp32",
     ):
         if not 0 <= momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
@@ -61,6 +73,7 @@ class BatchNorm(eqx.Module):
         self.bias = jnp.zeros((H,), dtype)
         self.state_index = eqx.nn.StateIndex((jnp.zeros((H,), dtype), jnp.ones((H,), dtype)))
         self.H, self.momentum, self.eps, self.axis_name = H, momentum, eps, axis_name
+        self.precision = check_precision(precision)
 
     def __call__(
         self, x: Float[Array, "L H"], state: eqx.nn.State, *, inference: bool = False
@@ -95,7 +108,8 @@ class BatchNorm(eqx.Module):
             new = (m * running_mean + (1 - m) * mean, m * running_var + (1 - m) * var)
             state = state.set(self.state_index, new)
         inv = jax.lax.rsqrt(var + jnp.asarray(self.eps, x.dtype)) * self.weight
-        return (x - _row(mean, x)) * _row(inv, x) + _row(self.bias, x), state
+        y = (x - _row(mean, x)) * _row(inv, x) + _row(self.bias, x)
+        return _output(y, self.precision), state
 
 
 class LayerNorm(eqx.Module):
@@ -105,17 +119,20 @@ class LayerNorm(eqx.Module):
     - `H`: number of features.
     - `eps`: added to the variance (1e-6 as flax).
     - `dtype`: real dtype of the parameters.
+    - `precision`: `"fp32"`, or `"bf16"` (float32 statistics, bfloat16 output).
     """
 
     weight: Float[Array, " H"]
     bias: Float[Array, " H"]
     H: int = eqx.field(static=True)
     eps: float = eqx.field(static=True)
+    precision: str = eqx.field(static=True)
 
-    def __init__(self, H: int, *, eps: float = 1e-6, dtype=jnp.float32):
+    def __init__(self, H: int, *, eps: float = 1e-6, dtype=jnp.float32, precision: str = "fp32"):
         self.weight = jnp.ones((H,), dtype)
         self.bias = jnp.zeros((H,), dtype)
         self.H, self.eps = H, eps
+        self.precision = check_precision(precision)
 
     def __call__(
         self, x: Float[Array, "L H"], state: eqx.nn.State, *, inference: bool = False
@@ -129,4 +146,4 @@ class LayerNorm(eqx.Module):
         mean = jnp.mean(x, axis=-1, keepdims=True)
         var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
         y = (x - mean) * jax.lax.rsqrt(var + jnp.asarray(self.eps, x.dtype))
-        return y * _row(self.weight, x) + _row(self.bias, x), state
+        return _output(y * _row(self.weight, x) + _row(self.bias, x), self.precision), state

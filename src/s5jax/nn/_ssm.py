@@ -15,6 +15,8 @@ import numpy as np
 from jaxtyping import Array, Bool, Complex, Float, PRNGKeyArray
 
 from .. import core
+from ..core._ssm import _apply_continuous, resolve_ssm_method
+from ._dense import check_precision
 from ._tags import param_field
 
 __all__ = ["S5SSM"]
@@ -37,9 +39,13 @@ class S5SSM(eqx.Module):
     - `dt_min`, `dt_max`: range of the log-uniform initial timescales.
     - `scalar_dt`: learn one Δ shared by all states (ablation of Table 6) instead of one each.
     - `clip_eigs`: clip Re Λ ≤ −1e-4 in the forward pass.
-    - `scan_method`: `"auto"` (sequential on CPU, parallel elsewhere), `"sequential"`,
-      `"parallel"`.
+    - `scan_method`: how the SSM is computed (`s5jax.core.apply_ssm`'s `method`): `"auto"`
+      (the fused path on CPU, the parallel scan elsewhere), `"fused"`, or a scan method
+      (`"sequential"`, `"parallel"`, `"chunked"`, …).
     - `dtype`: real dtype of the parameters.
+    - `precision`: `"fp32"`, or `"bf16"`: the products B̃u and C̃x take bfloat16 operands and
+      accumulate in float32; Λ, Δ, the discretisation, the recurrence state (complex64, or
+      float32 planes on the fused path) and y stay float32.
     - `key`: PRNG key (keyword-only).
     """
 
@@ -59,6 +65,7 @@ class S5SSM(eqx.Module):
     discretization: str = eqx.field(static=True)
     clip_eigs: bool = eqx.field(static=True)
     scan_method: str = eqx.field(static=True)
+    precision: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -77,15 +84,17 @@ class S5SSM(eqx.Module):
         clip_eigs: bool = False,
         scan_method: str = "auto",
         dtype=jnp.float32,
+        precision: str = "fp32",
         key: PRNGKeyArray,
     ):
         _check_positive(H, "H")
+        check_precision(precision)
         if discretization not in core.DISCRETIZATIONS:
             raise ValueError(
                 f"discretization must be one of {sorted(core.DISCRETIZATIONS)}, "
                 f"got {discretization!r}"
             )
-        core.resolve_scan_method(scan_method)
+        resolve_ssm_method(scan_method)
         core.check_dt_range(dt_min, dt_max)
         lam_key, b_key, c_key, cb_key, d_key, dt_key = jax.random.split(key, 6)
         Lambda, V, V_inv = core.init_lambda(
@@ -112,6 +121,7 @@ class S5SSM(eqx.Module):
             clip_eigs,
             scan_method,
         )
+        self.precision = precision
 
     # --- the continuous-time system --------------------------------------------------------
 
@@ -168,6 +178,14 @@ class S5SSM(eqx.Module):
             raise ValueError(
                 f"u must have shape (L, H) = (L, {self.H}), got {u.shape}; use jax.vmap for batches"
             )
+        if self.precision == "bf16":
+            return _apply_continuous(
+                self.Lambda(), self.B_tilde(), self.C_tilde(), self.D, self.Delta(step_rescale),
+                u.astype(jnp.bfloat16), discretization=self.discretization, dt=dt,
+                conj_sym=self.conj_sym, bidirectional=self.bidirectional,
+                initial_state=initial_state, resets=resets, method=self.scan_method,
+                return_state=return_state, matmul_dtype=jnp.bfloat16,
+            )  # fmt: skip
         return core.apply_ssm_continuous(
             self.Lambda(), self.B_tilde(), self.C_tilde(), self.D, self.Delta(step_rescale),
             u.astype(self.D.dtype), discretization=self.discretization, dt=dt,

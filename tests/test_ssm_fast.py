@@ -1,0 +1,265 @@
+"""The fused SSM path (`method="fused"`, what `"auto"` picks on CPU) against the scan path.
+
+The fused path computes B̃u, the recurrences and C̃x blockwise in real (re, im) planes with its
+own VJP and its own batching rule (`s5jax.core._ssm`). Every test compares it with the
+sequential scan on complex arrays (float64 where precision matters), outputs and gradients.
+`small_blocks` shrinks the block to 8 steps so that short sequences span several blocks.
+"""
+
+import itertools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from s5jax import core
+from s5jax.core import _ssm
+from s5jax.nn import S5SSM
+
+from ._reference import layer_params, s5_forward
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(_ssm, "FUSED_BLOCK", 8)
+
+
+def _system(key, H=3, P_full=8, *, conj_sym=True, bidirectional=False, dtype=jnp.float64):
+    layer = S5SSM(
+        H, P_full, J=2 if conj_sym else 1, conj_sym=conj_sym, bidirectional=bidirectional,
+        lambda_init="hippo" if conj_sym else "s4d_lin", dt_min=0.01, dt_max=0.5, dtype=dtype,
+        key=key,
+    )  # fmt: skip
+    Lambda_bar, B_bar = layer.discretized()
+    return Lambda_bar, B_bar, layer.C_tilde(), layer.D
+
+
+def _close(a, b, tol=1e-11):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
+
+
+def test_auto_is_fused_on_cpu_and_methods_are_validated():
+    expected = "fused" if jax.default_backend() == "cpu" else "parallel"
+    assert _ssm.resolve_ssm_method("auto") == expected
+    assert _ssm.resolve_ssm_method("fused") == "fused"
+    assert _ssm.resolve_ssm_method("sequential") == "sequential"
+    with pytest.raises(ValueError, match="scan method must be 'auto', 'fused' or one of"):
+        _ssm.resolve_ssm_method("fast")
+
+
+CASES = list(itertools.product([True, False], [True, False], [1, 7, 24], [False, True]))
+
+
+@pytest.mark.parametrize(("conj_sym", "bidir", "L", "return_state"), CASES)
+def test_fused_equals_the_scan_with_gradients(
+    x64, small_blocks, getkey, conj_sym, bidir, L, return_state
+):
+    # A batch of 3 under jax.vmap (the batching rule) and one example alone; gradients with
+    # respect to Λ̄, B̄, C̃, D, u and (unidirectional) the initial state, through a loss that
+    # also uses the returned final state.
+    Lambda_bar, B_bar, C, D = _system(getkey(), conj_sym=conj_sym, bidirectional=bidir)
+    P = Lambda_bar.shape[0]
+    u = jax.random.normal(getkey(), (3, L, 3), jnp.float64)
+    w = jax.random.normal(getkey(), (3, L, 3), jnp.float64)
+    x0 = None
+    if not bidir:
+        x0 = jax.lax.complex(*jax.random.normal(getkey(), (2, P), jnp.float64))
+    options = dict(conj_sym=conj_sym, bidirectional=bidir, return_state=return_state)
+
+    def loss(method, Lambda_bar, B_bar, C, D, u, x0):
+        def one(v):
+            return core.apply_ssm(
+                Lambda_bar, B_bar, C, D, v, initial_state=x0, method=method, **options
+            )
+
+        out = jax.vmap(one)(u)
+        y, final = out if return_state else (out, None)
+        total = jnp.sum(y * w) + jnp.sum(jnp.sin(one(u[0])[0] if return_state else one(u[0])))
+        if return_state:
+            total = total + jnp.sum(jnp.abs(final) ** 2)
+        return total, out
+
+    args = (Lambda_bar, B_bar, C, D, u, x0)
+    wrt = (1, 2, 3, 4, 5) if bidir else (1, 2, 3, 4, 5, 6)
+    grad = jax.value_and_grad(loss, argnums=wrt, has_aux=True)
+    (v_seq, out_seq), g_seq = grad("sequential", *args)
+    (v_fus, out_fus), g_fus = jax.jit(grad, static_argnums=0)("fused", *args)
+    _close(out_fus, out_seq)
+    _close(v_fus, v_seq)
+    _close(g_fus, g_seq, tol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("disc", "rescale", "clip"), [("zoh", 1.0, False), ("bilinear", 2.0, True), ("zoh", 0.5, True)]
+)
+@pytest.mark.parametrize("bidir", [False, True])
+def test_layer_options_match_the_scan_and_the_reference(
+    x64, small_blocks, getkey, disc, rescale, clip, bidir
+):
+    key = getkey()
+    options = dict(
+        J=2, bidirectional=bidir, discretization=disc, clip_eigs=clip, dt_min=0.01, dt_max=0.5,
+        dtype=jnp.float64, key=key,
+    )  # fmt: skip
+    layers = {m: S5SSM(3, 8, scan_method=m, **options) for m in ("sequential", "fused")}
+    u = jax.random.normal(getkey(), (20, 3), jnp.float64)
+    ys = {m: layer(u, step_rescale=rescale) for m, layer in layers.items()}
+    expected = s5_forward(
+        layer_params(layers["fused"]), u, conj_sym=True, bidirectional=bidir,
+        discretization=disc, clip_eigs=clip, step_rescale=rescale,
+    )  # fmt: skip
+    np.testing.assert_allclose(np.asarray(ys["fused"]), expected, rtol=1e-10, atol=1e-10)
+    _close(ys["fused"], ys["sequential"])
+    grads = {
+        m: eqx.filter_grad(lambda mod: jnp.sum(jnp.tanh(mod(u, step_rescale=rescale))))(layer)
+        for m, layer in layers.items()
+    }
+    _close(eqx.filter(grads["fused"], eqx.is_array), eqx.filter(grads["sequential"], eqx.is_array))
+
+
+@pytest.mark.parametrize("bidir", [False, True])
+def test_per_step_dt_and_resets_fall_back_to_the_scan(x64, small_blocks, getkey, bidir):
+    # Irregular steps (apply_ssm_continuous with dt) and packed episodes are not fused: the
+    # scan path runs and gives the reference's numbers.
+    key = getkey()
+    layer, seq = (
+        S5SSM(3, 8, J=2, bidirectional=bidir, scan_method=m, dtype=jnp.float64, key=key)
+        for m in ("fused", "sequential")
+    )
+    u = jax.random.normal(getkey(), (20, 3), jnp.float64)
+    t = jnp.cumsum(jax.random.randint(getkey(), (20,), 1, 4)).astype(jnp.float64)
+    dt = core.step_multipliers(t)
+    resets = jnp.zeros(20, bool).at[9].set(True)
+    params = layer_params(layer)
+    np.testing.assert_allclose(
+        np.asarray(layer(u, dt=dt)),
+        s5_forward(params, u, conj_sym=True, bidirectional=bidir, dt=np.asarray(dt)),
+        rtol=1e-10, atol=1e-10,
+    )  # fmt: skip
+    np.testing.assert_allclose(
+        np.asarray(layer(u, resets=resets)),
+        s5_forward(params, u, conj_sym=True, bidirectional=bidir, resets=np.asarray(resets)),
+        rtol=1e-10, atol=1e-10,
+    )  # fmt: skip
+    for kwargs in (dict(dt=dt), dict(resets=resets)):
+        g = [
+            eqx.filter_grad(lambda m, kw=kwargs: jnp.sum(m(u, **kw) ** 2))(m) for m in (layer, seq)
+        ]
+        _close(eqx.filter(g[0], eqx.is_array), eqx.filter(g[1], eqx.is_array))
+
+
+def test_a_length_without_a_block_size_falls_back(x64, small_blocks, getkey):
+    assert _ssm._block_size(11) is None and _ssm._block_size(24) == 8
+    Lambda_bar, B_bar, C, D = _system(getkey(), bidirectional=True)
+    u = jax.random.normal(getkey(), (11, 3), jnp.float64)
+    ys = [core.apply_ssm(Lambda_bar, B_bar, C, D, u, bidirectional=True, method=m)
+          for m in ("fused", "sequential")]  # fmt: skip
+    _close(ys[0], ys[1])
+
+
+def test_per_example_gradients_under_vmap_of_grad(x64, small_blocks, getkey):
+    # jax.vmap(jax.grad(...)) must give each example its own weight gradient (the batching
+    # rule of the VJP is per example, not a sum over the batch).
+    Lambda_bar, B_bar, C, D = _system(getkey(), bidirectional=True)
+    u = jax.random.normal(getkey(), (4, 24, 3), jnp.float64)
+
+    def loss(method, B_bar, C, v):
+        y = core.apply_ssm(Lambda_bar, B_bar, C, D, v, bidirectional=True, method=method)
+        return jnp.sum(jnp.tanh(y))
+
+    per_example = jax.vmap(jax.grad(loss, argnums=(1, 2)), in_axes=(None, None, None, 0))
+    fused = per_example("fused", B_bar, C, u)
+    looped = [jax.grad(loss, argnums=(1, 2))("sequential", B_bar, C, u[i]) for i in range(4)]
+    _close(fused, jax.tree_util.tree_map(lambda *g: jnp.stack(g), *looped))
+    assert float(jnp.max(jnp.abs(fused[0][0] - fused[0][1]))) > 1e-3  # examples differ
+
+
+def test_batched_systems_and_jacobians(x64, small_blocks, getkey):
+    # vmap over systems (weights batched: the generic batching path) and jax.jacrev (vmap over
+    # output cotangents with an unbatched input).
+    systems = [_system(getkey()) for _ in range(2)]
+    stacked = jax.tree_util.tree_map(lambda *z: jnp.stack(z), *systems)
+    u = jax.random.normal(getkey(), (2, 16, 3), jnp.float64)
+
+    def run(method):
+        def one(Lambda_bar, B_bar, C, D, v):
+            return core.apply_ssm(Lambda_bar, B_bar, C, D, v, method=method)
+
+        return jax.vmap(one)(*stacked, u)
+
+    _close(run("fused"), run("sequential"))
+
+    def f(method, v):
+        return core.apply_ssm(*systems[0], v, bidirectional=False, method=method)
+
+    jac = [jax.jacrev(f, argnums=1)(m, u[0]) for m in ("fused", "sequential")]
+    _close(jac[0], jac[1])
+
+
+def test_checkpointed_fused_ssm_gives_the_same_gradients(x64, small_blocks, getkey):
+    layer = S5SSM(3, 8, J=2, bidirectional=True, scan_method="fused", dtype=jnp.float64,
+                  key=getkey())  # fmt: skip
+    u = jax.random.normal(getkey(), (2, 24, 3), jnp.float64)
+
+    def loss(m, remat):
+        call = eqx.filter_checkpoint(lambda m, v: m(v)) if remat else (lambda m, v: m(v))
+        return jnp.sum(jnp.sin(jax.vmap(lambda v: call(m, v))(u)))
+
+    g = [eqx.filter_grad(loss)(layer, r) for r in (False, True)]
+    _close(eqx.filter(g[0], eqx.is_array), eqx.filter(g[1], eqx.is_array))
+
+
+@pytest.mark.parametrize(("L", "bidir"), [(20, True), (50, False), (300, True)])
+def test_a_batch_equals_its_examples_run_one_by_one(getkey, L, bidir):
+    # float32: the batched kernel gives each example what it gives that example alone.
+    layer = S5SSM(4, 8, bidirectional=bidir, scan_method="fused", key=getkey())
+    u = jax.random.normal(getkey(), (3, L, 4))
+    batched = jax.vmap(layer)(u)
+    for i in range(3):
+        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(layer(u[i])), rtol=1e-6)
+
+
+def test_float32_long_sequence_agrees_with_the_float64_reference(getkey):
+    layer = S5SSM(8, 16, J=2, bidirectional=True, scan_method="fused", key=getkey())
+    u = jax.random.normal(getkey(), (4096, 8), jnp.float32)
+    y = np.asarray(eqx.filter_jit(layer.__call__)(u))
+    assert y.dtype == np.float32
+    expected = s5_forward(layer_params(layer), np.asarray(u), conj_sym=True, bidirectional=True)
+    assert np.linalg.norm(y - expected) / np.linalg.norm(expected) <= 1e-5
+
+
+def test_the_fused_kernel_has_no_complex_arrays_of_sequence_length(getkey):
+    # The hot path is real: no complex array with an axis of length L is ever formed.
+    L = 512
+    layer = S5SSM(4, 8, bidirectional=True, scan_method="fused", key=getkey())
+    u = jnp.ones((2, L, 4), jnp.float32)
+
+    def loss(m):
+        return jnp.sum(jax.vmap(m)(u) ** 2)
+
+    jaxpr = jax.make_jaxpr(eqx.filter_grad(loss))(layer)
+
+    def sub_jaxprs(value):
+        if hasattr(value, "eqns"):
+            yield value
+        elif hasattr(value, "jaxpr") and hasattr(value.jaxpr, "eqns"):
+            yield value.jaxpr
+        elif isinstance(value, tuple | list):
+            for v in value:
+                yield from sub_jaxprs(v)
+
+    def shapes(jaxpr):
+        for eqn in jaxpr.eqns:
+            yield from (v.aval for v in eqn.outvars)
+            for value in eqn.params.values():
+                for sub in sub_jaxprs(value):
+                    yield from shapes(sub)
+
+    complex_long = [
+        a for a in shapes(jaxpr.jaxpr)
+        if jnp.issubdtype(a.dtype, jnp.complexfloating) and L in a.shape
+    ]  # fmt: skip
+    assert not complex_long
