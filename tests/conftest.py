@@ -1,4 +1,5 @@
-"""Test-wide settings: strict dtype and rank promotion (as equinox does), and a key fixture.
+"""Test-wide settings: the CPU allocator tuning, strict dtype and rank promotion (as equinox
+does), and a key fixture.
 
 Shapes in `s5jax.core` and `s5jax.nn` signatures are checked at run time by jaxtyping with
 beartype (see `addopts` in pyproject.toml).
@@ -6,6 +7,12 @@ beartype (see `addopts` in pyproject.toml).
 
 import jax
 import pytest
+
+from s5jax import configure_cpu_malloc
+
+# As the `s5jax` command does, before JAX starts its backend: XLA's CPU step buffers are
+# reused instead of mapped afresh at every call (s5jax/_malloc.py).
+configure_cpu_malloc()
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -11,3 +11,7 @@ Layers (an arrow points at what a layer may import)::
 """
 
 __version__ = "0.1.0"
+
+from ._malloc import configure_cpu_malloc
+
+__all__ = ["configure_cpu_malloc"]

@@ -15,6 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from .._malloc import configure_cpu_malloc
+
 __all__ = ["main"]
 
 
@@ -217,6 +219,8 @@ def _prepare(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the `s5jax` command; returns the exit status."""
+    # Before JAX starts its CPU backend: XLA's per-step buffers stay in the heap (s5jax._malloc).
+    configure_cpu_malloc()
     from ..config import ConfigError
     from ..data import DatasetError
 
