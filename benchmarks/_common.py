@@ -1,5 +1,7 @@
 """Shared helpers for the benchmarks: device/version info, interleaved timing, JSON output.
 
+Importing this module calls `s5jax.configure_cpu_malloc()` (recorded as `malloc_tuned`).
+
 Timing: every function is compiled and run once (warm-up), then the functions are called in
 turn, round-robin (A B C A B C …) for `repeats` rounds, each call ended by
 `jax.block_until_ready`. Interleaving spreads any load from other processes on a shared
@@ -19,9 +21,15 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import jax
-import jaxlib
-import numpy as np
+from s5jax import configure_cpu_malloc
+
+# As the `s5jax` command does, before JAX starts: XLA's CPU buffers are reused, not mapped
+# afresh per call (s5jax/_malloc.py). S5JAX_MALLOC_TUNING=0 measures glibc's default instead.
+MALLOC_TUNED = configure_cpu_malloc()
+
+import jax  # noqa: E402
+import jaxlib  # noqa: E402
+import numpy as np  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -52,6 +60,7 @@ def device_info() -> dict:
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
         "numpy": np.__version__,
+        "malloc_tuned": MALLOC_TUNED,
     }
 
 

@@ -55,27 +55,7 @@ def main() -> None:
     diff = float(jnp.max(jnp.abs(jax.vmap(lambda p: reference_frame(cnn, p))(frames)
                                  - cnn.features(frames))))  # fmt: skip
 
-    optimizer, _ = build_optimizer(cfg.optim, model, steps_per_epoch=62, epochs=cfg.train.epochs)
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    with jax.numpy_dtype_promotion("standard"):
-        opt_state = optimizer.init(params)
-    steps = make_steps(static, optimizer, cfg.model.head)
-    rng = np.random.default_rng(0)
-    batch_data = {
-        "x": jnp.asarray(rng.random((batch, L, 576), np.float32)),
-        "y": jnp.asarray(rng.standard_normal((batch, L, 2)).astype(np.float32)),
-        "mask": jnp.ones((batch,), bool),
-        "dt": jnp.asarray(rng.integers(1, 4, (batch, L)).astype(np.float32)),
-    }
-    train = steps.train  # jitted, buffers donated: the carry is replaced each call
-    carry = {"p": params, "s": state, "o": opt_state}
-
-    def train_step():
-        carry["p"], carry["s"], carry["o"], stats = train(
-            carry["p"], carry["s"], carry["o"], batch_data, jax.random.PRNGKey(0)
-        )
-        return stats["loss"]
-
+    train_step, _ = pendulum_steps(cfg, model, state)
     timings = time_interleaved(
         {"reference CNN": lambda: ref_grad(cnn), "s5jax CNN": lambda: our_grad(cnn),
          "train step": train_step},
@@ -93,6 +73,43 @@ def main() -> None:
         "timings": timings, "cnn_speedup_vs_definition": ratio, "max_abs_feature_diff": diff,
     })  # fmt: skip
     print(f"wrote {path}")
+
+
+def _pendulum_batch(rng: np.random.Generator, batch: int, L: int) -> dict:
+    return {
+        "x": jnp.asarray(rng.random((batch, L, 576), np.float32)),
+        "y": jnp.asarray(rng.standard_normal((batch, L, 2)).astype(np.float32)),
+        "mask": jnp.ones((batch,), bool),
+        "dt": jnp.asarray(rng.integers(1, 4, (batch, L)).astype(np.float32)),
+    }
+
+
+def pendulum_steps(cfg, model, state, L: int = 50):
+    """Zero-argument callables for one jitted training step (batch `cfg.data.batch_size`)
+    and one evaluation step (batch `cfg.data.eval_batch_size`) of the pendulum model, as
+    `s5jax train pendulum` runs them, on random frames. Each returns a scalar to block on."""
+    optimizer, _ = build_optimizer(cfg.optim, model, steps_per_epoch=62, epochs=cfg.train.epochs)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    params = jax.tree_util.tree_map(jnp.copy, params)  # donated by the step: keep `model` alive
+    with jax.numpy_dtype_promotion("standard"):
+        opt_state = optimizer.init(params)
+    steps = make_steps(static, optimizer, cfg.model.head)
+    rng = np.random.default_rng(0)
+    train_batch = _pendulum_batch(rng, cfg.data.batch_size, L)
+    eval_batch = _pendulum_batch(rng, cfg.data.eval_batch_size or cfg.data.batch_size, L)
+    train = steps.train  # jitted, buffers donated: the carry is replaced each call
+    carry = {"p": params, "s": state, "o": opt_state}
+
+    def train_step():
+        carry["p"], carry["s"], carry["o"], stats = train(
+            carry["p"], carry["s"], carry["o"], train_batch, jax.random.PRNGKey(0)
+        )
+        return stats["loss"]
+
+    def eval_step():
+        return steps.evaluate(carry["p"], carry["s"], eval_batch, 1.0)["loss_sum"]
+
+    return train_step, eval_step
 
 
 if __name__ == "__main__":

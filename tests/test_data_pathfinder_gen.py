@@ -216,3 +216,8 @@ def test_cli_generates_and_prepares(tmp_path, monkeypatch, capsys):
     assert "--count" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="pathfinder"):
         main(["data", "prepare", "text", "--generate"])
+    # --count and --seed without --generate are an error, not silently ignored
+    for extra in (["--count", "5"], ["--seed", "3"]):
+        assert main(["data", "prepare", "pathfinder", *extra]) == 2
+        err = capsys.readouterr().err
+        assert extra[0] in err and "--generate" in err

@@ -352,3 +352,25 @@ def test_failed_write_leaves_no_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         pend.generate_pendulum_npz(target, progress=False)
     assert os.listdir(target.parent) == []
+
+
+def test_atomic_dir_mode_follows_umask_and_failures_leave_nothing(tmp_path):
+    from s5jax.data._common import atomic_dir
+
+    old = os.umask(0o022)
+    try:
+        with atomic_dir(tmp_path / "out") as tmp:
+            (tmp / "a.txt").write_text("first")
+        # a folder made by mkdir under the same umask: readable by others (not mkdtemp's 0700)
+        assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755
+        with pytest.raises(RuntimeError, match="boom"):
+            with atomic_dir(tmp_path / "out") as tmp:
+                (tmp / "a.txt").write_text("half")
+                raise RuntimeError("boom")
+        assert (tmp_path / "out" / "a.txt").read_text() == "first"  # left as it was
+        with atomic_dir(tmp_path / "out") as tmp:
+            (tmp / "b.txt").write_text("second")
+        assert sorted(os.listdir(tmp_path / "out")) == ["b.txt"]  # replaced whole
+        assert sorted(os.listdir(tmp_path)) == ["out"]  # no temporary or old folder left
+    finally:
+        os.umask(old)

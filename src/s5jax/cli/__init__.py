@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         help="pathfinder/pathx with --generate: number of images (default 2000, a first look; "
         "the LRA release has 200,000 per difficulty)",
     )
-    prep.add_argument("--seed", type=int, default=0, help="seed for --generate (default 0)")
+    prep.add_argument("--seed", type=int, help="seed for --generate (default 0)")
     return parser
 
 
@@ -193,7 +193,18 @@ def _prepare(args) -> int:
     from .. import data as d
     from ..train._datasets import prepare_named
 
-    if args.generate:
+    if not args.generate:
+        options = (("--count", args.count), ("--seed", args.seed))
+        given = [flag for flag, value in options if value is not None]
+        if given:
+            flags = " and ".join(given)
+            raise ValueError(
+                f"{flags} only apply with --generate: add --generate to generate {args.name}, "
+                f"or drop {flags} to read your copy"
+            )
+        dataset = prepare_named(args.name, args.source)
+    else:
+        seed = 0 if args.seed is None else args.seed
         resolution = {"pathfinder": 32, "pathx": 128}.get(args.name)
         if args.name != "listops" and resolution is None:
             raise SystemExit("--generate is only available for listops, pathfinder and pathx")
@@ -203,16 +214,14 @@ def _prepare(args) -> int:
             raise ValueError(f"--count must be at least 1, got {args.count}")
         target = args.source or d.data_root() / "generated"
         if resolution is None:
-            folder = d.generate_listops(target, seed=args.seed)
+            folder = d.generate_listops(target, seed=seed)
             dataset = d.prepare_listops(folder.parent)
         else:
             count = 2000 if args.count is None else args.count
             folder = d.generate_pathfinder(
-                target, resolution=resolution, n_images=count, seed=args.seed, overwrite=True
+                target, resolution=resolution, n_images=count, seed=seed, overwrite=True
             )
             dataset = d.prepare_pathfinder(folder.parent, resolution=resolution, force=True)
-    else:
-        dataset = prepare_named(args.name, args.source)
     print(d.describe(dataset))
     return 0
 

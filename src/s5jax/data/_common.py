@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -96,7 +97,15 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    # Not tempfile.mkdtemp: its folders are 0700 whatever the umask, and the folder keeps its
+    # mode after the rename (a dataset others could not read).
+    while True:
+        tmp = final.parent / f".{final.name}.{secrets.token_hex(6)}"
+        try:
+            tmp.mkdir()
+            break
+        except FileExistsError:
+            continue
     try:
         yield tmp
         if final.exists():
