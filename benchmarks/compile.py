@@ -36,7 +36,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from _common import device_info, print_table, write_json
-from model import REMATS, TASKS, memory, task_shapes
+from model import TASKS, add_task_arguments, memory, parse_task_arguments, print_header, task_shapes
 
 from s5jax.config import load_experiment
 from s5jax.nn import build_model
@@ -86,22 +86,15 @@ def compile_once(task: str, remat: str, data) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one repeat")
-    parser.add_argument("--tasks", default="listops,text,pathx")
-    parser.add_argument("--remat", default="none,layers,ssm")
+    add_task_arguments(parser)
     parser.add_argument("--batch", type=int, default=None, help="default: the config's")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--xla-default-scheduler", action="store_true")
     args = parser.parse_args()
     repeats = args.repeats or (1 if args.quick else 3)
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    remats = [r.strip() for r in args.remat.split(",") if r.strip()]
-    for r in remats:
-        if r not in REMATS:
-            parser.error(f"--remat: {r!r} is not one of {REMATS}")
+    tasks, remats = parse_task_arguments(parser, args)
     info = device_info()
-    xla_flags = os.environ.get("XLA_FLAGS", "")
-    print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | "
-          f"{info['device_kind']} | jax {info['jax']} | XLA_FLAGS={xla_flags!r}")  # fmt: skip
+    xla_flags = print_header(info)
 
     rows, results = [], []
     for task in tasks:

@@ -162,12 +162,38 @@ def child(task: str, variant: str, batch: int) -> None:
     print(json.dumps({"peak_bytes_in_use": stats.get("peak_bytes_in_use")}))
 
 
+def add_task_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--tasks` and `--remat`, shared with compile.py."""
+    parser.add_argument("--tasks", default="listops,text,pathx")
+    parser.add_argument("--remat", default="none,layers,ssm")
+
+
+def parse_task_arguments(parser, args) -> tuple[list[str], list[str]]:
+    """The validated task and remat lists of `add_task_arguments`."""
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    remats = [r.strip() for r in args.remat.split(",") if r.strip()]
+    for t in tasks:
+        if t not in TASKS:
+            parser.error(f"--tasks: {t!r} is not one of {tuple(TASKS)}")
+    for r in remats:
+        if r not in REMATS:
+            parser.error(f"--remat: {r!r} is not one of {REMATS}")
+    return tasks, remats
+
+
+def print_header(info: dict) -> str:
+    """Print the device line; returns the XLA_FLAGS in effect (recorded in the JSON)."""
+    xla_flags = os.environ.get("XLA_FLAGS", "")
+    print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | "
+          f"{info['device_kind']} | jax {info['jax']} | XLA_FLAGS={xla_flags!r}")  # fmt: skip
+    return xla_flags
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="batch 1, 2 repeats")
-    parser.add_argument("--tasks", default="listops,text,pathx")
+    add_task_arguments(parser)
     parser.add_argument("--batch", type=int, default=None, help="default: the config's")
-    parser.add_argument("--remat", default="none,layers,ssm")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--memory-only", action="store_true",
@@ -181,17 +207,11 @@ def main() -> None:
 
     batch = args.batch or (1 if args.quick else None)
     repeats = args.repeats or (2 if args.quick else 5)
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    remats = [r.strip() for r in args.remat.split(",") if r.strip()]
-    for r in remats:
-        if r not in REMATS:
-            parser.error(f"--remat: {r!r} is not one of {REMATS}")
+    tasks, remats = parse_task_arguments(parser, args)
     variants = ([] if args.no_baseline else ["baseline"]) + [f"ours/remat={r}" for r in remats]
     info = device_info()
-    xla_flags = os.environ.get("XLA_FLAGS", "")
     has_peak = jax.local_devices()[0].memory_stats() is not None
-    print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | "
-          f"{info['device_kind']} | jax {info['jax']} | XLA_FLAGS={xla_flags!r}")  # fmt: skip
+    xla_flags = print_header(info)
 
     results, rows = [], []
     for task in tasks:
