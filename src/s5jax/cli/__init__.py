@@ -5,6 +5,8 @@ s5jax train --data FILE.npz [--set ...]        your own data, default model
 s5jax eval RUN_DIR [--split test] [--step-rescale R] [--checkpoint best|latest]
 s5jax list
 s5jax data prepare NAME [--source PATH] [--generate [--count N] [--seed S]]
+s5jax data prepare listops [--l-max L] [--generate [--min-length N] [--max-length N]
+                           [--n-train N] [--n-val N] [--n-test N] [--seed S]]
 """
 
 from __future__ import annotations
@@ -112,6 +114,34 @@ def _parser() -> argparse.ArgumentParser:
         "the LRA release has 200,000 per difficulty)",
     )
     prep.add_argument("--seed", type=int, help="seed for --generate (default 0)")
+    prep.add_argument(
+        "--l-max",
+        type=int,
+        metavar="L",
+        help="listops: sequence length incl. <eos> (default 2048, the paper's); longer "
+        "examples are truncated. Train with --set data.seq_len=L to match",
+    )
+    prep.add_argument(
+        "--min-length",
+        type=int,
+        metavar="N",
+        help="listops with --generate: keep trees of more than N tokens (default 500, LRA's "
+        "min_length)",
+    )
+    prep.add_argument(
+        "--max-length",
+        type=int,
+        metavar="N",
+        help="listops with --generate: keep trees of fewer than N tokens (default 2000, LRA's "
+        "max_length)",
+    )
+    for split, default in (("train", "96,000"), ("val", "2,000"), ("test", "2,000")):
+        prep.add_argument(
+            f"--n-{split}",
+            type=int,
+            metavar="N",
+            help=f"listops with --generate: {split} examples (default {default}, LRA's)",
+        )
     return parser
 
 
@@ -189,20 +219,82 @@ def _list(_args) -> int:
     return 0
 
 
+_LISTOPS_GENERATE = ("--min-length", "--max-length", "--n-train", "--n-val", "--n-test")
+
+
+def _given(args, flags) -> list[str]:
+    """The flags among `flags` that were given on the command line."""
+    return [f for f in flags if getattr(args, f[2:].replace("-", "_")) is not None]
+
+
+def _check_listops_options(args) -> None:
+    """The ListOps-only options: where they apply, and their values."""
+    if args.name != "listops":
+        given = _given(args, ("--l-max", *_LISTOPS_GENERATE))
+        if given:
+            raise ValueError(f"{' and '.join(given)} only apply to listops")
+        return
+    if args.l_max is not None and args.l_max < 2:
+        raise ValueError(f"--l-max must be at least 2 (one token and <eos>), got {args.l_max}")
+    for flag in ("--n-train", "--n-val", "--n-test"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
+    lo, hi = args.min_length, args.max_length
+    if lo is not None and lo < 0:
+        raise ValueError(f"--min-length must be non-negative, got {lo}")
+    lo, hi = 500 if lo is None else lo, 2000 if hi is None else hi
+    if hi - lo < 2:
+        raise ValueError(
+            f"lengths strictly between --min-length {lo} and --max-length {hi} hold no tree: "
+            "need max-length >= min-length + 2"
+        )
+
+
+def _generate_listops(args, seed: int):
+    from .. import data as d
+    from ..data._listops import LISTOPS_L_MAX
+
+    lo = 500 if args.min_length is None else args.min_length
+    hi = 2000 if args.max_length is None else args.max_length
+    l_max = LISTOPS_L_MAX if args.l_max is None else args.l_max
+    if l_max < hi:
+        print(
+            f"note: trees have up to {hi - 1} tokens and <eos>, --l-max {l_max}: longer "
+            "examples are truncated (set --l-max to --max-length to keep every token)",
+            file=sys.stderr,
+        )
+    folder = d.generate_listops(
+        args.source or d.data_root() / "generated",
+        n_train=96_000 if args.n_train is None else args.n_train,
+        n_val=2_000 if args.n_val is None else args.n_val,
+        n_test=2_000 if args.n_test is None else args.n_test,
+        seed=seed,
+        min_length=lo,
+        max_length=hi,
+    )
+    return d.prepare_listops(folder.parent, l_max=l_max)
+
+
 def _prepare(args) -> int:
     from .. import data as d
     from ..train._datasets import prepare_named
 
+    _check_listops_options(args)
     if not args.generate:
         options = (("--count", args.count), ("--seed", args.seed))
         given = [flag for flag, value in options if value is not None]
+        given += _given(args, _LISTOPS_GENERATE)
         if given:
             flags = " and ".join(given)
             raise ValueError(
                 f"{flags} only apply with --generate: add --generate to generate {args.name}, "
                 f"or drop {flags} to read your copy"
             )
-        dataset = prepare_named(args.name, args.source)
+        if args.l_max is not None:  # listops (checked above)
+            dataset = d.prepare_listops(args.source, l_max=args.l_max)
+        else:
+            dataset = prepare_named(args.name, args.source)
     else:
         seed = 0 if args.seed is None else args.seed
         resolution = {"pathfinder": 32, "pathx": 128}.get(args.name)
@@ -212,14 +304,16 @@ def _prepare(args) -> int:
             raise ValueError("--count applies to pathfinder and pathx only")
         if args.count is not None and args.count < 1:
             raise ValueError(f"--count must be at least 1, got {args.count}")
-        target = args.source or d.data_root() / "generated"
         if resolution is None:
-            folder = d.generate_listops(target, seed=seed)
-            dataset = d.prepare_listops(folder.parent)
+            dataset = _generate_listops(args, seed)
         else:
             count = 2000 if args.count is None else args.count
             folder = d.generate_pathfinder(
-                target, resolution=resolution, n_images=count, seed=seed, overwrite=True
+                args.source or d.data_root() / "generated",
+                resolution=resolution,
+                n_images=count,
+                seed=seed,
+                overwrite=True,
             )
             dataset = d.prepare_pathfinder(folder.parent, resolution=resolution, force=True)
     print(d.describe(dataset))

@@ -53,17 +53,21 @@ def synthetic_dataset(
     )
 
 
-def _prepare(fn: Callable, prepared: str | None = None, **kwargs) -> Callable:
+def _prepare(
+    fn: Callable, prepared: str | None = None, options: Callable | None = None, **kwargs
+) -> Callable:
     """A loader that calls `fn` (a `prepare_*` reader) with the config's `data.root`.
 
     Without `data.root`, a dataset already prepared under `<data root>/prepared/<prepared>`
     is used as it is, whatever source it was prepared from (`s5jax data prepare NAME
     --source PATH` or `--generate`): the cache records its source and the run prints it.
+    `options(data_cfg)` gives further keyword arguments of `fn` taken from the config.
     """
 
     def load(data_cfg):
+        args = kwargs if options is None else {**kwargs, **options(data_cfg)}
         if data_cfg.root:
-            return fn(data_cfg.root, **kwargs)
+            return fn(data_cfg.root, **args)
         if prepared is not None:
             folder = s5data.data_root() / "prepared" / prepared
             if (folder / "meta.json").is_file():
@@ -71,9 +75,15 @@ def _prepare(fn: Callable, prepared: str | None = None, **kwargs) -> Callable:
                     return s5data.load_prepared(folder)
                 except s5data.DatasetError:
                     pass  # damaged or half-written cache: prepare again below
-        return fn(**kwargs)
+        return fn(**args)
 
     return load
+
+
+def _listops_options(data_cfg) -> dict:
+    """ListOps is prepared at the configured `data.seq_len` (l_max; 2048 in the paper)."""
+    seq_len = getattr(data_cfg, "seq_len", None)
+    return {} if seq_len is None else {"l_max": int(seq_len)}
 
 
 DATASETS: dict[str, Callable] = {
@@ -81,7 +91,7 @@ DATASETS: dict[str, Callable] = {
         seq_len=cfg.seq_len or 32, n_train=cfg.n_train or 64, n_eval=cfg.n_eval or 32
     ),
     "pendulum": _prepare(s5data.prepare_pendulum),
-    "listops": _prepare(s5data.prepare_listops, "listops"),
+    "listops": _prepare(s5data.prepare_listops, "listops", _listops_options),
     "text": _prepare(s5data.prepare_text, "text"),
     "retrieval": _prepare(s5data.prepare_retrieval, "retrieval"),
     "image": _prepare(s5data.prepare_image, "image"),
