@@ -161,6 +161,11 @@ def main():
     repeats = args.repeats or (3 if args.quick else 5)
     methods = ("sequential", "chunked", "fused")
     scan_methods = ("sequential", "chunked")  # the breakdown splits the scan path only
+    if core.native_available():  # the C++ kernel (CPU; compiled on first use)
+        methods += ("native",)
+        scan_methods += ("native",)
+    else:
+        print(f"native scan not measured: {core.native_build_error()}")
     info = device_info()
     print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | jax {info['jax']}")
 

@@ -35,6 +35,10 @@ from s5jax import core
 METHODS = ("sequential", "parallel", "chunked")
 if jax.default_backend() == "gpu":  # the Pallas kernel; off GPU it would only be interpreted
     METHODS += ("pallas",)
+if core.native_available():  # the C++ kernel (CPU; compiled on first use)
+    METHODS += ("native",)
+else:
+    print(f"native scan not measured: {core.native_build_error()}")
 
 
 def make_inputs(B, L, P, seed=0):

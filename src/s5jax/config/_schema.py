@@ -45,7 +45,7 @@ Pooling = Literal["mean", "masked_mean", "last", "none"]
 Head = Literal["classification", "regression", "gaussian", "retrieval"]
 TimestepMode = Literal["irregular", "drop", "append"]
 Remat = Literal["none", "layers", "ssm"]
-ScanMethod = Literal["auto", "fused", "sequential", "parallel", "chunked", "pallas"]
+ScanMethod = Literal["auto", "fused", "sequential", "parallel", "chunked", "pallas", "native"]
 Precision = Literal["fp32", "bf16"]
 Partition = Literal["standard", "BandCdecay", "BfastandCdecay", "noBCdecay"]
 Schedule = Literal["cosine", "constant"]
@@ -91,7 +91,8 @@ class ModelConfig:
     (fused on CPU, parallel elsewhere), `"fused"` (B̃u, recurrences and C̃x blockwise in real
     planes with its own backward pass), `"sequential"`, `"parallel"`
     (`associative_scan`), `"chunked"` (in-place chunked loop with its own backward pass) or
-    `"pallas"` (fused GPU kernel; interpret mode elsewhere, slow): see `s5jax.core`.
+    `"pallas"` (fused GPU kernel; interpret mode elsewhere, slow) or `"native"` (C++ CPU
+    kernel, compiled on first use; needs a C++ compiler): see `s5jax.core`.
 
     `remat` trades compute for memory in training (results are unchanged): `"layers"`
     recomputes each sequence layer in the backward pass (only layer inputs are kept), `"ssm"`

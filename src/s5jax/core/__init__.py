@@ -38,6 +38,7 @@ from ._init import (
     init_lambda,
     init_log_step,
 )
+from ._native import native_available, native_build_error, native_recurrence
 from ._pallas import pallas_recurrence
 from ._scan import SCAN_METHODS, binary_operator, linear_recurrence, resolve_scan_method
 from ._ssm import (
@@ -76,6 +77,9 @@ __all__ = [
     "init_log_step",
     "init_state",
     "linear_recurrence",
+    "native_available",
+    "native_build_error",
+    "native_recurrence",
     "pallas_recurrence",
     "resolve_scan_method",
     "resolve_ssm_method",

@@ -16,6 +16,12 @@ Three ways to compute the same states:
   unrolled chunks with the state in registers; gradient by a custom VJP running the same
   kernel backwards. Off GPU it runs in Pallas interpret mode automatically (correct, slow).
   Work O(LP).
+- `"native"` (CPU): a C++ kernel called through the XLA FFI, in `_native.py`/`_native.cc`,
+  compiled on first use with the system C++ compiler and cached: each element of b read once
+  and each state written once (streaming stores for large outputs, sequences split over the
+  cores); gradient by a custom VJP whose backward pass is one more such loop (the adjoint and
+  ā fused). Raises a `RuntimeError` saying why where it cannot run (no compiler, not a CPU
+  backend, `S5JAX_NATIVE=0`). Work O(LP).
 - `"auto"`: sequential on CPU, parallel elsewhere (decided at trace time).
 
 `a` may be time-invariant (P,) (S5's Λ̄; no L×P copy of it is made by the sequential scan)
@@ -33,6 +39,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Inexact
 
+from ._native import native_recurrence
 from ._pallas import pallas_recurrence
 
 __all__ = ["CHUNK_SIZE", "SCAN_METHODS", "linear_recurrence", "resolve_scan_method"]
@@ -206,11 +213,17 @@ def _pallas(a, b, reverse):
     return pallas_recurrence(a, b, reverse=reverse, interpret=None)
 
 
+def _native(a, b, reverse):
+    """The C++ kernel (CPU); a `RuntimeError` that says why where it is unavailable."""
+    return native_recurrence(a, b, reverse=reverse)
+
+
 SCAN_METHODS: dict[str, Callable] = {
     "sequential": _sequential,
     "parallel": _parallel,
     "chunked": _chunked,
     "pallas": _pallas,
+    "native": _native,
 }
 
 
@@ -242,8 +255,8 @@ def linear_recurrence(
     - `reverse`: run from the last step to the first: x_k = a_k ⊙ x_{k+1} + b_k.
     - `initial_state`: the state before the first processed step (zeros if `None`).
     - `resets`: (L,) booleans; where true the state restarts there: x_k = b_k.
-    - `method`: `"auto"`, `"sequential"`, `"parallel"`, `"chunked"` or `"pallas"` (opt-in
-      fused kernel; interpret mode off GPU).
+    - `method`: `"auto"`, `"sequential"`, `"parallel"`, `"chunked"`, `"pallas"` (opt-in
+      fused kernel; interpret mode off GPU) or `"native"` (the C++ kernel, CPU only).
 
     **Returns:** `(xs, final_state)`: xs of shape (L, P); the final state is the last one
     processed (xs[-1], or xs[0] when `reverse`).

@@ -1,0 +1,214 @@
+"""The `"native"` scan: a C++ kernel for the diagonal recurrence on CPU (XLA FFI custom call).
+
+XLA:CPU runs a `lax.scan`/`fori_loop` step as several small kernels with a fixed cost per
+iteration, which holds a scan to roughly 0.4 of the memory bandwidth of an elementwise pass
+(benchmarks/README.md). `_native.cc` is one loop in C++: each element of b is read once and
+each state written once, the state kept in a per-sequence buffer. The backward pass is one
+more loop of the same kind (the adjoint recurrence and ā fused; custom VJP).
+
+The kernel is compiled on first use with the system C++ compiler (`$CXX`, else `c++`, `g++`
+or `clang++`) against the XLA FFI headers shipped with jaxlib, and cached in
+`$S5JAX_CACHE_DIR` (default `$XDG_CACHE_HOME/s5jax`, i.e. `~/.cache/s5jax`) under a name that
+hashes the source, the compiler, the flags, jaxlib's version and the host CPU, written to a
+temporary name and renamed. Nothing is downloaded. `S5JAX_NATIVE=0` turns it off.
+
+`native_available()` says whether it can be used; `method="native"` raises a `RuntimeError`
+that says why not (no compiler, a failed build, not a CPU backend, `S5JAX_NATIVE=0`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["native_available", "native_build_error", "native_recurrence"]
+
+_SOURCE = Path(__file__).with_name("_native.cc")
+_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-march=native", "-pthread")
+_TARGET = "s5jax_recurrence"
+_TARGET_ADJOINT = "s5jax_recurrence_adjoint"
+_DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
+
+_lock = threading.Lock()
+_state: dict = {}  # "ok": bool, "error": str, "library": Path
+
+
+def _cache_dir() -> Path:
+    explicit = os.environ.get("S5JAX_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "s5jax"
+
+
+def _compiler() -> str | None:
+    explicit = os.environ.get("CXX")
+    if explicit:
+        return shutil.which(explicit) or explicit
+    for name in ("c++", "g++", "clang++"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _cpu_identity() -> str:
+    """The host CPU's model and flags (the kernel is built with -march=native)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features"))]
+    return "\n".join(sorted(set(keep))) or platform.machine()
+
+
+def _build(cxx: str) -> Path:
+    import jaxlib
+
+    include = jax.ffi.include_dir()
+    version = subprocess.run(
+        [cxx, "--version"], capture_output=True, text=True, check=False
+    ).stdout.splitlines()[:1]
+    key = hashlib.sha256()
+    for part in (
+        _SOURCE.read_bytes(),
+        repr(_FLAGS).encode(),
+        repr(version).encode(),
+        jaxlib.__version__.encode(),
+        _cpu_identity().encode(),
+    ):
+        key.update(part)
+        key.update(b"\0")
+    out_dir = _cache_dir()
+    target = out_dir / f"s5jax_native-{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".s5jax_native-", suffix=".so.tmp", dir=out_dir)
+    os.close(fd)
+    try:
+        cmd = [cxx, *_FLAGS, "-isystem", include, str(_SOURCE), "-o", tmp]
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"compiling {_SOURCE.name} failed ({' '.join(cmd)}):\n{result.stderr.strip()}"
+            )
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _load() -> bool:
+    """Build (once per process) and register the kernels; remember why not, if not."""
+    with _lock:
+        if "ok" in _state:
+            return _state["ok"]
+        _state["ok"], _state["error"] = False, ""
+        if os.environ.get("S5JAX_NATIVE", "1") == "0":
+            _state["error"] = "S5JAX_NATIVE=0 is set"
+            return False
+        cxx = _compiler()
+        if cxx is None:
+            _state["error"] = (
+                "no C++ compiler found (set $CXX or install one, e.g. `apt-get install g++`)"
+            )
+            return False
+        try:
+            path = _build(cxx)
+            lib = ctypes.cdll.LoadLibrary(str(path))
+            jax.ffi.register_ffi_target(
+                _TARGET, jax.ffi.pycapsule(lib.S5jaxRecurrence), platform="cpu"
+            )
+            jax.ffi.register_ffi_target(
+                _TARGET_ADJOINT, jax.ffi.pycapsule(lib.S5jaxRecurrenceAdjoint), platform="cpu"
+            )
+        except (OSError, RuntimeError, AttributeError) as err:
+            _state["error"] = f"building or loading the native kernel failed: {err}"
+            return False
+        _state["ok"], _state["library"] = True, path
+        return True
+
+
+def native_available() -> bool:
+    """Whether `method="native"` can run here: a CPU backend and a kernel that built."""
+    return jax.default_backend() == "cpu" and _load()
+
+
+def native_build_error() -> str:
+    """Why `native_available()` is false ("" when it is true)."""
+    if jax.default_backend() != "cpu":
+        return f"the native kernel runs on CPU only; the default backend is {jax.default_backend()}"
+    _load()
+    return _state.get("error", "")
+
+
+def _require(dtype) -> None:
+    if not native_available():
+        raise RuntimeError(
+            f"scan method 'native' is unavailable: {native_build_error()}. "
+            "Use method='auto' (or 'chunked'/'sequential') instead."
+        )
+    if not any(dtype == d for d in _DTYPES):
+        raise ValueError(
+            f"scan method 'native' supports float32, float64, complex64 and complex128, got {dtype}"
+        )
+
+
+def _forward(a, b, reverse):
+    call = jax.ffi.ffi_call(
+        _TARGET, jax.ShapeDtypeStruct(b.shape, b.dtype), vmap_method="broadcast_all"
+    )
+    return call(a, b, per_step=np.bool_(a.ndim == b.ndim), reverse=np.bool_(reverse))
+
+
+def _adjoint(a, g, xs, reverse):
+    call = jax.ffi.ffi_call(
+        _TARGET_ADJOINT,
+        (jax.ShapeDtypeStruct(g.shape, g.dtype), jax.ShapeDtypeStruct(a.shape, a.dtype)),
+        vmap_method="broadcast_all",
+    )
+    return call(a, g, xs, per_step=np.bool_(a.ndim == g.ndim), reverse=np.bool_(reverse))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _recurrence(a, b, reverse):
+    return _forward(a, b, reverse)
+
+
+def _recurrence_fwd(a, b, reverse):
+    xs = _forward(a, b, reverse)
+    return xs, (a, xs)
+
+
+def _recurrence_bwd(reverse, residuals, g):
+    a, xs = residuals
+    b_bar, a_bar = _adjoint(a, g, xs, reverse)
+    return a_bar, b_bar
+
+
+_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
+
+
+def native_recurrence(a, b, reverse: bool = False):
+    """x for x_k = a_k ⊙ x_{k∓1} + b_k from a zero state, by the native kernel.
+
+    `a`: (P,) or (L, P); `b`: (L, P); same dtype (float32/64, complex64/128). Works under
+    `jax.jit`, `jax.vmap` and `jax.grad` (custom VJP); not under forward-mode `jax.jvp`.
+    """
+    _require(b.dtype)
+    return _recurrence(a, b, bool(reverse))

@@ -1,0 +1,274 @@
+"""The native (C++, XLA FFI) scan equals the sequential scan and the definition.
+
+The kernel is compiled on first use with the system C++ compiler. Where none exists these
+tests are skipped (and one test checks that the error then says so); where a compiler exists
+the kernel must build, or the build test fails with the compiler's message.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from s5jax import core
+from s5jax.core import _native
+
+from .test_scan import _loop, _random
+
+HAVE_CXX = _native._compiler() is not None
+needs_native = pytest.mark.skipif(
+    not HAVE_CXX or os.environ.get("S5JAX_NATIVE") == "0",
+    reason="no C++ compiler (or S5JAX_NATIVE=0): the native kernel cannot be built here",
+)
+
+
+@needs_native
+def test_kernel_builds_on_a_cpu_backend():
+    assert core.native_available(), core.native_build_error()
+    assert core.native_build_error() == ""
+    assert "native" in core.SCAN_METHODS
+    assert core.resolve_scan_method("native") == "native"
+
+
+@needs_native
+@settings(max_examples=25, deadline=None)
+@given(
+    L=st.integers(1, 40),
+    P=st.integers(1, 5),
+    varying=st.booleans(),
+    reverse=st.booleans(),
+    with_x0=st.booleans(),
+    with_resets=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_native_equals_the_definition_float64(L, P, varying, reverse, with_x0, with_resets, seed):
+    rng = np.random.default_rng(seed)
+    a, b = _random(rng, L, P, varying)
+    x0 = rng.normal(size=P) + 1j * rng.normal(size=P) if with_x0 else None
+    resets = rng.random(L) < 0.2 if with_resets else None
+    expected = _loop(a, b, reverse, x0, resets)
+    with jax.enable_x64(True):
+        xs, final = core.linear_recurrence(
+            jnp.asarray(a),
+            jnp.asarray(b),
+            reverse=reverse,
+            initial_state=None if x0 is None else jnp.asarray(x0),
+            resets=None if resets is None else jnp.asarray(resets),
+            method="native",
+        )
+    assert xs.dtype == jnp.complex128
+    np.testing.assert_allclose(np.asarray(xs), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(final), expected[0 if reverse else -1], rtol=1e-12,
+                               atol=1e-12)  # fmt: skip
+
+
+@needs_native
+@settings(max_examples=20, deadline=None)
+@given(
+    L=st.integers(1, 30),
+    P=st.integers(1, 4),
+    varying=st.booleans(),
+    reverse=st.booleans(),
+    with_x0=st.booleans(),
+    with_resets=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_native_gradients_equal_sequential_float64(
+    L, P, varying, reverse, with_x0, with_resets, seed
+):
+    rng = np.random.default_rng(seed)
+    a, b = _random(rng, L, P, varying)
+    w = rng.normal(size=(L, P)) + 1j * rng.normal(size=(L, P))
+    x0 = rng.normal(size=P) + 1j * rng.normal(size=P)
+    resets = rng.random(L) < 0.2 if with_resets else None
+    with jax.enable_x64(True):
+        w = jnp.asarray(w)
+
+        def loss(a, b, x0, method):
+            xs, final = core.linear_recurrence(
+                a,
+                b,
+                reverse=reverse,
+                initial_state=x0 if with_x0 else None,
+                resets=None if resets is None else jnp.asarray(resets),
+                method=method,
+            )
+            return jnp.sum(jnp.real(w * xs)) + jnp.sum(jnp.abs(final) ** 2)
+
+        args = (jnp.asarray(a), jnp.asarray(b), jnp.asarray(x0))
+        grads = jax.grad(loss, argnums=(0, 1, 2))(*args, "native")
+        expected = jax.grad(loss, argnums=(0, 1, 2))(*args, "sequential")
+    for g, e in zip(grads, expected):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-11, atol=1e-11)
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize("varying", [False, True])
+def test_native_real_dtypes(dtype, varying):
+    rng = np.random.default_rng(7)
+    L, P = 23, 6
+    a = rng.uniform(-0.99, 0.99, (L, P) if varying else (P,))
+    b = rng.normal(size=(L, P))
+    w = rng.normal(size=(L, P))
+    with jax.enable_x64(dtype == jnp.float64):
+        a, b, w = (jnp.asarray(z, dtype) for z in (a, b, w))
+
+        def loss(a, b, method):
+            return jnp.sum(w * core.linear_recurrence(a, b, reverse=True, method=method)[0])
+
+        got = core.linear_recurrence(a, b, reverse=True, method="native")[0]
+        want = core.linear_recurrence(a, b, reverse=True, method="sequential")[0]
+        g_got = jax.grad(loss, argnums=(0, 1))(a, b, "native")
+        g_want = jax.grad(loss, argnums=(0, 1))(a, b, "sequential")
+    tol = 1e-12 if dtype == jnp.float64 else 1e-5
+    assert got.dtype == dtype
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol, atol=tol)
+    for g, e in zip(g_got, g_want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=tol, atol=tol)
+
+
+@needs_native
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_native_threads_and_streaming_stores_float32(monkeypatch, threads):
+    # 4 × 2048 × 512 complex64 = 32 MiB of output: above the streaming-store threshold (16 MiB)
+    # and enough work for several threads; odd P offsets rows from 16-byte alignment.
+    monkeypatch.setenv("S5JAX_NATIVE_THREADS", threads)
+    rng = np.random.default_rng(11)
+    for B, L, P in ((4, 2048, 512), (3, 1500, 601)):
+        a = jnp.asarray(0.999 * np.exp(1j * rng.uniform(-np.pi, np.pi, P)), jnp.complex64)
+        b = jnp.asarray(rng.normal(size=(B, L, P)) + 1j * rng.normal(size=(B, L, P)), jnp.complex64)
+        w = jnp.asarray(rng.normal(size=(B, L, P)), jnp.float32)
+
+        def run(method, a=a):
+            return jax.vmap(lambda bb: core.linear_recurrence(a, bb, method=method)[0])
+
+        def loss(a, b, method):
+            return jnp.sum(w * jnp.real(run(method, a)(b)))
+
+        got = jax.jit(run("native"))(b)
+        want = jax.jit(run("sequential"))(b)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-4, atol=2e-4)
+        ga, gb = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(a, b, "native")
+        ea, eb = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(a, b, "sequential")
+        np.testing.assert_allclose(np.asarray(gb), np.asarray(eb), rtol=2e-4, atol=2e-4)
+        # ā sums B·L products: compare with a scale-aware tolerance.
+        scale = float(jnp.max(jnp.abs(ea)))
+        np.testing.assert_allclose(np.asarray(ga), np.asarray(ea), rtol=0, atol=1e-4 * scale)
+
+
+@needs_native
+def test_native_under_nested_vmap_with_batched_per_step_decay():
+    rng = np.random.default_rng(5)
+    B1, B2, L, P = 2, 3, 9, 4
+    a = rng.uniform(0.5, 1, (B1, B2, L, P)) * np.exp(1j * rng.uniform(-3, 3, (B1, B2, L, P)))
+    b = rng.normal(size=(B2, L, P)) + 1j * rng.normal(size=(B2, L, P))  # not batched over B1
+    with jax.enable_x64(True):
+        a, b = jnp.asarray(a), jnp.asarray(b)
+
+        def f(method):
+            inner = jax.vmap(lambda aa, bb: core.linear_recurrence(aa, bb, method=method)[0])
+            return jax.jit(jax.vmap(inner, in_axes=(0, None)))(a, b)
+
+        np.testing.assert_allclose(np.asarray(f("native")), np.asarray(f("sequential")),
+                                   rtol=1e-12, atol=1e-12)  # fmt: skip
+
+
+@needs_native
+@pytest.mark.parametrize("reference", ["sequential", "fused"])
+def test_s5_layer_with_native_scan_matches_other_methods(getkey, reference):
+    import equinox as eqx
+
+    from s5jax import nn
+
+    key = getkey()  # same key, same parameters
+    ref = nn.S5SSM(8, 16, J=2, bidirectional=True, scan_method=reference, key=key)
+    nat = nn.S5SSM(8, 16, J=2, bidirectional=True, scan_method="native", key=key)
+    for x, y in zip(jax.tree_util.tree_leaves(nat), jax.tree_util.tree_leaves(ref)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    u = jax.random.normal(getkey(), (37, 8))
+    np.testing.assert_allclose(np.asarray(nat(u)), np.asarray(ref(u)), rtol=1e-4, atol=1e-5)
+    g_nat = jax.grad(lambda m, u: jnp.sum(m(u) ** 2), argnums=(0, 1))(nat, u)
+    g_ref = jax.grad(lambda m, u: jnp.sum(m(u) ** 2), argnums=(0, 1))(ref, u)
+    leaves_nat = jax.tree_util.tree_leaves(eqx.filter(g_nat, eqx.is_inexact_array))
+    leaves_ref = jax.tree_util.tree_leaves(eqx.filter(g_ref, eqx.is_inexact_array))
+    assert len(leaves_nat) == len(leaves_ref) > 0
+    for x, y in zip(leaves_nat, leaves_ref):
+        scale = float(jnp.max(jnp.abs(y))) + 1e-6
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=0, atol=1e-4 * scale)
+
+
+@needs_native
+def test_unsupported_dtype_is_a_clear_error():
+    a = jnp.ones((3,), jnp.bfloat16)
+    b = jnp.ones((4, 3), jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"native.*float32, float64, complex64 and complex128"):
+        core.linear_recurrence(a, b, method="native")
+
+
+def _run_python(code, env):
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+        env=env, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def test_switched_off_or_without_a_compiler_the_error_says_why(tmp_path):
+    code = """
+        import jax.numpy as jnp
+        from s5jax import core
+        assert not core.native_available()
+        print("REASON:", core.native_build_error())
+        try:
+            core.linear_recurrence(jnp.ones(2, jnp.complex64), jnp.ones((3, 2), jnp.complex64),
+                                   method="native")
+        except RuntimeError as err:
+            print("ERROR:", err)
+    """
+    base = {k: v for k, v in os.environ.items() if k not in ("S5JAX_NATIVE", "CXX")}
+    off = _run_python(code, {**base, "S5JAX_NATIVE": "0"})
+    assert off.returncode == 0, off.stderr
+    assert "REASON: S5JAX_NATIVE=0 is set" in off.stdout
+    assert "ERROR: scan method 'native' is unavailable: S5JAX_NATIVE=0" in off.stdout
+    assert "method='auto'" in off.stdout
+
+    missing = _run_python(code, {**base, "CXX": str(tmp_path / "no-such-compiler")})
+    assert missing.returncode == 0, missing.stderr
+    assert "building or loading the native kernel failed" in missing.stdout
+
+
+@needs_native
+def test_build_is_cached_and_atomic(tmp_path):
+    # A fresh cache folder: the first process compiles, the second reuses the file; no
+    # temporary file is left behind.
+    code = """
+        from s5jax.core import _native
+        assert _native.native_available(), _native.native_build_error()
+        print(_native._state["library"])
+    """
+    env = {**os.environ, "S5JAX_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("S5JAX_NATIVE", None)
+    first = _run_python(code, env)
+    assert first.returncode == 0, first.stderr
+    second = _run_python(code, env)
+    assert second.returncode == 0, second.stderr
+    assert first.stdout == second.stdout
+    files = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert len(files) == 1 and files[0].startswith("s5jax_native-") and files[0].endswith(".so")
+
+
+def test_compiler_lookup_honours_cxx(monkeypatch):
+    monkeypatch.setenv("CXX", "definitely-not-a-compiler-xyz")
+    assert _native._compiler() == "definitely-not-a-compiler-xyz"
+    monkeypatch.delenv("CXX")
+    assert _native._compiler() == (
+        shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    )
