@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import importlib.metadata
 import os
 import platform
 import shutil
@@ -74,9 +75,15 @@ def _cpu_identity() -> str:
     return "\n".join(sorted(set(keep))) or platform.machine()
 
 
-def _build(cxx: str) -> Path:
-    import jaxlib
+def _jaxlib_version() -> str:
+    # Read from the installed distribution so that core imports only jax and numpy.
+    try:
+        return importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown-jaxlib/jax-" + jax.__version__
 
+
+def _build(cxx: str) -> Path:
     include = jax.ffi.include_dir()
     version = subprocess.run(
         [cxx, "--version"], capture_output=True, text=True, check=False
@@ -86,7 +93,7 @@ def _build(cxx: str) -> Path:
         _SOURCE.read_bytes(),
         repr(_FLAGS).encode(),
         repr(version).encode(),
-        jaxlib.__version__.encode(),
+        _jaxlib_version().encode(),
         _cpu_identity().encode(),
     ):
         key.update(part)
