@@ -272,3 +272,13 @@ def test_compiler_lookup_honours_cxx(monkeypatch):
     assert _native._compiler() == (
         shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     )
+
+
+@needs_native
+def test_unwritable_cache_is_a_clear_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("S5JAX_CACHE_DIR", str(blocker / "cache"))
+    with pytest.raises(RuntimeError, match=r"cannot write the kernel cache in .*S5JAX_CACHE_DIR"):
+        _native._build(_native._compiler())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]

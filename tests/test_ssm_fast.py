@@ -214,12 +214,16 @@ def test_checkpointed_fused_ssm_gives_the_same_gradients(x64, small_blocks, getk
 
 @pytest.mark.parametrize(("L", "bidir"), [(20, True), (50, False), (300, True)])
 def test_a_batch_equals_its_examples_run_one_by_one(getkey, L, bidir):
-    # float32: the batched kernel gives each example what it gives that example alone.
+    # float32: the batched kernel gives each example what it gives that example alone, up to
+    # the summation order of the matrix products (which the CPU's GEMM blocking may change
+    # with the number of rows), i.e. to float32 rounding relative to the output's scale.
     layer = S5SSM(4, 8, bidirectional=bidir, scan_method="fused", key=getkey())
     u = jax.random.normal(getkey(), (3, L, 4))
     batched = jax.vmap(layer)(u)
     for i in range(3):
-        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(layer(u[i])), rtol=1e-6)
+        alone = np.asarray(layer(u[i]))
+        scale = float(np.max(np.abs(alone)))
+        np.testing.assert_allclose(np.asarray(batched[i]), alone, rtol=1e-6, atol=1e-6 * scale)
 
 
 def test_float32_long_sequence_agrees_with_the_float64_reference(getkey):

@@ -102,8 +102,14 @@ def _build(cxx: str) -> Path:
     target = out_dir / f"s5jax_native-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".s5jax_native-", suffix=".so.tmp", dir=out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".s5jax_native-", suffix=".so.tmp", dir=out_dir)
+    except OSError as err:
+        raise RuntimeError(
+            f"cannot write the kernel cache in {out_dir} ({err}); "
+            "set S5JAX_CACHE_DIR to a writable folder"
+        ) from err
     os.close(fd)
     try:
         cmd = [cxx, *_FLAGS, "-isystem", include, str(_SOURCE), "-o", tmp]
