@@ -56,8 +56,10 @@ def test_vmap_over_a_batch_equals_a_loop(getkey):
     layer = S5SSM(4, 8, bidirectional=True, key=getkey())
     u = jax.random.normal(getkey(), (3, 20, 4))
     batched = jax.vmap(layer)(u)
-    for i in range(3):
-        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(layer(u[i])), rtol=1e-6)
+    for i in range(3):  # equal up to float32 rounding (summation order) at the output's scale
+        alone = np.asarray(layer(u[i]))
+        scale = float(np.max(np.abs(alone)))
+        np.testing.assert_allclose(np.asarray(batched[i]), alone, rtol=1e-6, atol=1e-6 * scale)
 
 
 def test_gradients_reach_every_parameter(getkey):
