@@ -92,6 +92,41 @@ def test_fused_equals_the_scan_with_gradients(
     _close(g_fus, g_seq, tol=1e-10)
 
 
+@pytest.mark.parametrize("L", [32, 40])
+def test_bidirectional_reuse_of_b_bar_u_matches_remaking_it(
+    x64, small_blocks, monkeypatch, getkey, L
+):
+    # The bidirectional forward pass keeps B̄u for the second direction (blocks of 8: 4 and 5
+    # blocks, even and odd) unless it exceeds FUSED_REUSE_BYTES; both ways equal the scan.
+    Lambda_bar, B_bar, C, D = _system(getkey(), bidirectional=True)
+    u = jax.random.normal(getkey(), (2, L, 3), jnp.float64)
+    w = jax.random.normal(getkey(), (2, L, 3), jnp.float64)
+
+    def loss(method, Lambda_bar, B_bar, C, D, u):
+        y = jax.vmap(
+            lambda v: core.apply_ssm(Lambda_bar, B_bar, C, D, v, bidirectional=True, method=method)
+        )(u)
+        return jnp.sum(y * w), y
+
+    grad = jax.value_and_grad(loss, argnums=(1, 2, 3, 4, 5), has_aux=True)
+    args = (Lambda_bar, B_bar, C, D, u)
+    (_, y_seq), g_seq = grad("sequential", *args)
+    programs = []
+    for limit in (_ssm.FUSED_REUSE_BYTES, 0):
+        monkeypatch.setattr(_ssm, "FUSED_REUSE_BYTES", limit)
+        _ssm._fused_ssm.cache_clear()  # the kernels are traced anew with this limit
+        # A new function each time: jax.jit would reuse the first trace of the same one.
+        fresh = jax.jit(
+            jax.value_and_grad(lambda *a: loss("fused", *a), argnums=(0, 1, 2, 3, 4), has_aux=True)
+        )
+        (_, y_fus), g_fus = fresh(*args)
+        _close(y_fus, y_seq)
+        _close(g_fus, g_seq, tol=1e-10)
+        programs.append(fresh.lower(*args).as_text())
+    _ssm._fused_ssm.cache_clear()
+    assert programs[0] != programs[1]  # the limit chose between two different computations
+
+
 @pytest.mark.parametrize(
     ("disc", "rescale", "clip"), [("zoh", 1.0, False), ("bilinear", 2.0, True), ("zoh", 0.5, True)]
 )

@@ -349,12 +349,14 @@ def _check_c_d(C, D, P, H, *, bidirectional) -> None:
 #   (all examples of a batch side by side), and one product makes the block's C̃x. Each block's
 #   arrays stay in cache; only u, y and (backward) their cotangents are full-length arrays.
 #   Bidirectional: the forward scan of block i and the backward scan of block N−1−i share one
-#   loop over the T steps (so B̄u is made twice per block, once per direction: cheaper on the
-#   2-core CPU than keeping an (L, 2P) array for the second use).
+#   loop over the T steps. Each block's B̄u is made once and kept for its second use, in an
+#   (B, L, 2P) buffer, when that takes at most `FUSED_REUSE_BYTES`; above it (long sequences,
+#   large batches) it is made twice, once per direction, to keep memory at O(block).
 # - gradient: a custom VJP. The backward pass keeps only the state entering each block, reruns
 #   each block's recurrence from it and runs the adjoint recurrence λ_k = ∂y-part + Λ̄ᴴ λ_{k±1}
 #   in the same loop (the backward-direction scan's adjoint runs forward in time; its state
-#   entering each block comes from a cheap pre-pass of block sums). ∂Λ̄ = Σ_k conj(x_{k∓1}) λ_k.
+#   entering each block comes from a pre-pass of block sums, whose ∂x are kept for the main
+#   loop under the same `FUSED_REUSE_BYTES` rule). ∂Λ̄ = Σ_k conj(x_{k∓1}) λ_k.
 # - batches: the kernels carry a `custom_vmap` rule, so under `jax.vmap` (the model's batch)
 #   one call handles the whole batch with matrix products over B·T rows. Weight gradients are
 #   computed per example (the VJP of one example), as `jax.vmap(jax.grad(...))` requires.
@@ -367,6 +369,14 @@ FUSED_BLOCK = 256
 """Largest block of the fused path (steps per block). On the 2-core CPU, at the layer
 benchmark's shape (batch 8, H 128, P 128, L 4096), blocks of 64, 128 and 512 steps were within
 the noise (±10 %) of 256 in interleaved runs."""
+
+FUSED_REUSE_BYTES = 64 * 2**20
+"""Bidirectional fused path: B̄u of the whole sequence (B·L·2P values, forward pass) and the
+backward scan's ∂x (the same size, backward pass) are kept for their second use when each takes
+at most this many bytes, else made again: one matrix product per block less in each pass, for
+one transient buffer. At the layer benchmark's shape (batch 8, L 4096, P 128 stored: 32 MiB) on
+the AVX2 AMD host a layer's forward pass took a median 79.0 ms kept vs 85.0 ms made again, its
+backward pass 239.3 vs 249.7 ms (`benchmarks/fused_reuse.py`, 31 interleaved calls)."""
 
 
 def _cmul(a, z):
@@ -533,23 +543,42 @@ def _fused_forward(U, W_B, a, W_Cf, W_Cb, D, x0, T, mm=None):
         x, Y, S = jax.lax.fori_loop(0, N, block, (x0, jnp.zeros(U.shape, dtype), S))
         return Y, S, S[:0], x
 
-    def pair(i, carry):  # forward scan over block i, backward scan over block N−1−i
-        x_f, x_b, Y, S_f, S_b = carry
+    # Block c's B̄u is used twice: by the forward scan at step c and by the backward scan at step
+    # N−1−c. The first half of the steps makes both of its blocks' B̄u and keeps a copy in G (an
+    # (B, L, 2P) buffer) for the second half, which makes none: one product per block instead of
+    # two. Above `FUSED_REUSE_BYTES` (e.g. Path-X training) G is not kept and B̄u is made twice.
+    reuse = N > 1 and B * L * 2 * P * jnp.dtype(dtype).itemsize <= FUSED_REUSE_BYTES
+    half = (N + 1) // 2
+
+    def pair(i, carry, load):  # forward scan over block i, backward scan over block N−1−i
+        x_f, x_b, Y, S_f, S_b, G = carry
         c_f, c_b = i, N - 1 - i
         S_f = jax.lax.dynamic_update_index_in_dim(S_f, x_f, c_f, axis=0)
         S_b = jax.lax.dynamic_update_index_in_dim(S_b, x_b, c_b, axis=0)
-        g_f = gemm(_rows(U, c_f * T, T), W_B).reshape(B, T, 1, 2, P)
-        g_b = g_f if N == 1 else gemm(_rows(U, c_b * T, T), W_B).reshape(B, T, 1, 2, P)
+        if load:  # both blocks' B̄u were made in the first half
+            g_f, g_b = _rows(G, c_f * T, T), _rows(G, c_b * T, T)
+        else:
+            g_f = gemm(_rows(U, c_f * T, T), W_B)
+            g_b = g_f if N == 1 else gemm(_rows(U, c_b * T, T), W_B)
+            if reuse:
+                G = _put_rows(_put_rows(G, g_f, c_f * T), g_b, c_b * T)
+        g_f, g_b = g_f.reshape(B, T, 1, 2, P), g_b.reshape(B, T, 1, 2, P)
         xs_f, x_f, xs_b, x_b = _recur(a1, g_f, x_f[:, None], a1, g_b, x_b[:, None])
         y_f = _rows(Y, c_f * T, T) + gemm(xs_f.reshape(B, T, 2 * P), W_Cf)
         Y = _put_rows(Y, y_f, c_f * T)
         y_b = _rows(Y, c_b * T, T) + gemm(xs_b.reshape(B, T, 2 * P), W_Cb)
         Y = _put_rows(Y, y_b, c_b * T)
-        return x_f[:, 0], x_b[:, 0], Y, S_f, S_b
+        return x_f[:, 0], x_b[:, 0], Y, S_f, S_b, G
 
     S = jnp.zeros((N, B, 2, P), dtype)
-    init = (x0, jnp.zeros_like(x0), U.astype(dtype) * D[None, None], S, S)
-    x_f, _, Y, S_f, S_b = jax.lax.fori_loop(0, N, pair, init)
+    G = jnp.zeros((B, L, 2 * P) if reuse else (0,), dtype)
+    carry = (x0, jnp.zeros_like(x0), U.astype(dtype) * D[None, None], S, S, G)
+    if reuse:
+        carry = jax.lax.fori_loop(0, half, functools.partial(pair, load=False), carry)
+        carry = jax.lax.fori_loop(half, N, functools.partial(pair, load=True), carry)
+    else:
+        carry = jax.lax.fori_loop(0, N, functools.partial(pair, load=False), carry)
+    x_f, _, Y, S_f, S_b, _ = carry
     return Y, S_f, S_b, x_f
 
 
@@ -592,6 +621,12 @@ def _fused_backward(U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, dY, d_final, T, mm=None)
     n_dir = 2 if bidirectional else 1
     zero = jnp.zeros((B, 2, P), dtype)
     lam_in = jnp.zeros((N, B, 2, P), dtype)
+    # ∂x of the backward scan for block c (B, T, 2P): made by the pre-pass below and kept for
+    # the main loop when within `FUSED_REUSE_BYTES`, else made again there.
+    keep = (
+        bidirectional and N > 1 and B * L * 2 * P * jnp.dtype(dtype).itemsize <= FUSED_REUSE_BYTES
+    )
+    DX_b = jnp.zeros((B, L, 2 * P) if keep else (0,), dtype)
     if bidirectional and N > 1:
         # The backward scan's adjoint runs forward in time: its value entering block c is
         # made from each earlier block's sum Σ_t (Λ̄ᴴ)^(T−1−t) ∂x_t (a pre-pass over blocks).
@@ -600,19 +635,28 @@ def _fused_backward(U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, dY, d_final, T, mm=None)
         a_h_T = _cmul(a_h, powers[T - 1])
 
         def entering(c, carry):
-            lam, lam_in = carry
-            dx_b = gemm(_rows(dY, c * T, T), W_Cb.T).reshape(B, T, 2, P)
-            lam = _affine(a_h_T, lam, jnp.sum(_cmul(weights, dx_b), axis=1))
-            return lam, jax.lax.dynamic_update_index_in_dim(lam_in, lam, c + 1, axis=0)
+            lam, lam_in, DX_b = carry
+            dx_b = gemm(_rows(dY, c * T, T), W_Cb.T)
+            if keep:
+                DX_b = _put_rows(DX_b, dx_b, c * T)
+            lam = _affine(a_h_T, lam, jnp.sum(_cmul(weights, dx_b.reshape(B, T, 2, P)), axis=1))
+            return lam, jax.lax.dynamic_update_index_in_dim(lam_in, lam, c + 1, axis=0), DX_b
 
-        _, lam_in = jax.lax.fori_loop(0, N - 1, entering, (zero, lam_in))
+        _, lam_in, DX_b = jax.lax.fori_loop(0, N - 1, entering, (zero, lam_in, DX_b))
+        if keep:  # the last block's (its sum enters no later block)
+            last = (N - 1) * T
+            DX_b = _put_rows(DX_b, gemm(_rows(dY, last, T), W_Cb.T), last)
 
     def block(i, carry):
         lam_f, dA, dW_C, dW_B, dD, dU = carry
         c = N - 1 - i
         u, dy = _rows(U, c * T, T), _rows(dY, c * T, T)
         g = gemm(u, W_B).reshape(B, T, 1, 2, P)
-        dx = gemm(dy, W_C.T).reshape(B, T, n_dir, 2, P)
+        if keep:
+            dx_f = gemm(dy, W_Cf.T).reshape(B, T, 1, 2, P)
+            dx = jnp.concatenate([dx_f, _rows(DX_b, c * T, T).reshape(B, T, 1, 2, P)], axis=2)
+        else:
+            dx = gemm(dy, W_C.T).reshape(B, T, n_dir, 2, P)
         if d_final is not None:  # the cotangent of the returned final state enters at L−1
             last = jnp.where(c == N - 1, d_final, jnp.zeros_like(d_final))
             dx = dx.at[:, T - 1, 0].add(last)
