@@ -96,8 +96,9 @@ def test_fused_equals_the_scan_with_gradients(
 def test_bidirectional_reuse_of_b_bar_u_matches_remaking_it(
     x64, small_blocks, monkeypatch, getkey, L
 ):
-    # The bidirectional forward pass keeps B̄u for the second direction (blocks of 8: 4 and 5
-    # blocks, even and odd) unless it exceeds FUSED_REUSE_BYTES; both ways equal the scan.
+    # The bidirectional forward pass keeps B̄u for the second direction and for the backward pass
+    # (blocks of 8: 4 and 5 blocks, even and odd) unless it exceeds FUSED_REUSE_BYTES; both ways
+    # equal the scan, values and gradients.
     Lambda_bar, B_bar, C, D = _system(getkey(), bidirectional=True)
     u = jax.random.normal(getkey(), (2, L, 3), jnp.float64)
     w = jax.random.normal(getkey(), (2, L, 3), jnp.float64)

@@ -350,8 +350,9 @@ def _check_c_d(C, D, P, H, *, bidirectional) -> None:
 #   arrays stay in cache; only u, y and (backward) their cotangents are full-length arrays.
 #   Bidirectional: the forward scan of block i and the backward scan of block N−1−i share one
 #   loop over the T steps. Each block's B̄u is made once and kept for its second use, in an
-#   (B, L, 2P) buffer, when that takes at most `FUSED_REUSE_BYTES`; above it (long sequences,
-#   large batches) it is made twice, once per direction, to keep memory at O(block).
+#   (B, L, 2P) buffer, when that takes at most `FUSED_REUSE_BYTES`; the buffer is also a
+#   residual of the VJP, so the backward pass makes no B̄u. Above the limit (long sequences,
+#   large batches) B̄u is made twice per pass, once per direction, to keep memory at O(block).
 # - gradient: a custom VJP. The backward pass keeps only the state entering each block, reruns
 #   each block's recurrence from it and runs the adjoint recurrence λ_k = ∂y-part + Λ̄ᴴ λ_{k±1}
 #   in the same loop (the backward-direction scan's adjoint runs forward in time; its state
@@ -373,10 +374,12 @@ the noise (±10 %) of 256 in interleaved runs."""
 FUSED_REUSE_BYTES = 64 * 2**20
 """Bidirectional fused path: B̄u of the whole sequence (B·L·2P values, forward pass) and the
 backward scan's ∂x (the same size, backward pass) are kept for their second use when each takes
-at most this many bytes, else made again: one matrix product per block less in each pass, for
-one transient buffer. At the layer benchmark's shape (batch 8, L 4096, P 128 stored: 32 MiB) on
-the AVX2 AMD host a layer's forward pass took a median 79.0 ms kept vs 85.0 ms made again, its
-backward pass 239.3 vs 249.7 ms (`benchmarks/fused_reuse.py`, 31 interleaved calls)."""
+at most this many bytes, else made again: one matrix product per block less in each pass. The
+kept B̄u is also saved for the backward pass (which then makes none: one product per block
+less again), so training holds one such buffer per layer from forward to backward. At the
+layer benchmark's shape (batch 8, L 4096, P 128 stored: 32 MiB) on the AVX2 AMD host a layer's
+forward pass took a median 55.4 ms kept vs 65.8 ms made again, its backward pass 152.9 vs
+163.8 ms (`benchmarks/fused_reuse.py`, 31 interleaved calls)."""
 
 
 def _cmul(a, z):
@@ -541,7 +544,7 @@ def _fused_forward(U, W_B, a, W_Cf, W_Cb, D, x0, T, mm=None):
 
         S = jnp.zeros((N, B, 2, P), dtype)
         x, Y, S = jax.lax.fori_loop(0, N, block, (x0, jnp.zeros(U.shape, dtype), S))
-        return Y, S, S[:0], x
+        return Y, S, S[:0], x, jnp.zeros((B, 0, 2 * P), dtype)
 
     # Block c's B̄u is used twice: by the forward scan at step c and by the backward scan at step
     # N−1−c. The first half of the steps makes both of its blocks' B̄u and keeps a copy in G (an
@@ -571,15 +574,15 @@ def _fused_forward(U, W_B, a, W_Cf, W_Cb, D, x0, T, mm=None):
         return x_f[:, 0], x_b[:, 0], Y, S_f, S_b, G
 
     S = jnp.zeros((N, B, 2, P), dtype)
-    G = jnp.zeros((B, L, 2 * P) if reuse else (0,), dtype)
+    G = jnp.zeros((B, L if reuse else 0, 2 * P), dtype)
     carry = (x0, jnp.zeros_like(x0), U.astype(dtype) * D[None, None], S, S, G)
     if reuse:
         carry = jax.lax.fori_loop(0, half, functools.partial(pair, load=False), carry)
         carry = jax.lax.fori_loop(half, N, functools.partial(pair, load=True), carry)
     else:
         carry = jax.lax.fori_loop(0, N, functools.partial(pair, load=False), carry)
-    x_f, _, Y, S_f, S_b, _ = carry
-    return Y, S_f, S_b, x_f
+    x_f, _, Y, S_f, S_b, G = carry
+    return Y, S_f, S_b, x_f, G
 
 
 UNROLL_BATCH = 16
@@ -605,8 +608,9 @@ def _weight_grads(dW_Ct, dW_B, xs, lam, u, dy, mm):
     return dW_Ct, dW_B + prod(u_t, lam)
 
 
-def _fused_backward(U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, dY, d_final, T, mm=None):
-    """Batched VJP of `_fused_forward` (per-example weight cotangents, leading axis B)."""
+def _fused_backward(U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, G, dY, d_final, T, mm=None):
+    """Batched VJP of `_fused_forward` (per-example weight cotangents, leading axis B). G: the
+    forward pass's B̄u (B, L, 2P) when it kept it, else (B, 0, 2P) (made again here)."""
     B, L, H = U.shape
     P = a.shape[-1]
     N = L // T
@@ -651,7 +655,7 @@ def _fused_backward(U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, dY, d_final, T, mm=None)
         lam_f, dA, dW_C, dW_B, dD, dU = carry
         c = N - 1 - i
         u, dy = _rows(U, c * T, T), _rows(dY, c * T, T)
-        g = gemm(u, W_B).reshape(B, T, 1, 2, P)
+        g = (_rows(G, c * T, T) if G.shape[1] else gemm(u, W_B)).reshape(B, T, 1, 2, P)
         if keep:
             dx_f = gemm(dy, W_Cf.T).reshape(B, T, 1, 2, P)
             dx = jnp.concatenate([dx_f, _rows(DX_b, c * T, T).reshape(B, T, 1, 2, P)], axis=2)
@@ -717,8 +721,8 @@ def _fused_ssm(T: int, return_state: bool, mm=None):
 
     @custom_vmap
     def forward(U, W_B, a, W_Cf, W_Cb, D, x0):
-        Y, S_f, S_b, x = _fused_forward(U[None], W_B, a, W_Cf, W_Cb, D, x0[None], T, mm)
-        return Y[0], S_f[:, 0], S_b[:, 0], x[0]
+        Y, S_f, S_b, x, G = _fused_forward(U[None], W_B, a, W_Cf, W_Cb, D, x0[None], T, mm)
+        return Y[0], S_f[:, 0], S_b[:, 0], x[0], G[0]
 
     @forward.def_vmap
     def _forward_batched(n, in_batched, U, W_B, a, W_Cf, W_Cb, D, x0):
@@ -726,40 +730,40 @@ def _fused_ssm(T: int, return_state: bool, mm=None):
         if any(jax.tree_util.tree_leaves(in_batched[1:6])):
             return _generic_batching(forward.fun, n, in_batched, args)
         U, x0 = _at_front(U, in_batched[0], n), _at_front(x0, in_batched[6], n)
-        Y, S_f, S_b, x = _fused_forward(U, W_B, a, W_Cf, W_Cb, D, x0, T, mm)
-        return (Y, jnp.moveaxis(S_f, 1, 0), jnp.moveaxis(S_b, 1, 0), x), (True,) * 4
+        Y, S_f, S_b, x, G = _fused_forward(U, W_B, a, W_Cf, W_Cb, D, x0, T, mm)
+        return (Y, jnp.moveaxis(S_f, 1, 0), jnp.moveaxis(S_b, 1, 0), x, G), (True,) * 5
 
     @custom_vmap
-    def backward(U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, dY, d_final):
+    def backward(U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, G, dY, d_final):
         out = _fused_backward(
-            U[None], W_B, a, W_Cf, W_Cb, D, S_f[:, None], S_b[:, None], dY[None],
+            U[None], W_B, a, W_Cf, W_Cb, D, S_f[:, None], S_b[:, None], G[None], dY[None],
             None if d_final is None else d_final[None], T, mm,
         )  # fmt: skip
         return jax.tree_util.tree_map(lambda z: z[0], out)
 
     @backward.def_vmap
-    def _backward_batched(n, in_batched, U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, dY, d_final):
-        args = (U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, dY, d_final)
+    def _backward_batched(n, in_batched, U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, G, dY, d_final):
+        args = (U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, G, dY, d_final)
         if any(jax.tree_util.tree_leaves(in_batched[1:6])):
             return _generic_batching(backward.fun, n, in_batched, args)
-        b = dict(zip(("U", "S_f", "S_b", "dY", "d"), (0, 6, 7, 8, 9), strict=True))
+        b = dict(zip(("U", "S_f", "S_b", "G", "dY", "d"), (0, 6, 7, 8, 9, 10), strict=True))
         out = _fused_backward(
             _at_front(U, in_batched[b["U"]], n), W_B, a, W_Cf, W_Cb, D,
             jnp.moveaxis(_at_front(S_f, in_batched[b["S_f"]], n), 0, 1),
             jnp.moveaxis(_at_front(S_b, in_batched[b["S_b"]], n), 0, 1),
-            _at_front(dY, in_batched[b["dY"]], n),
+            _at_front(G, in_batched[b["G"]], n), _at_front(dY, in_batched[b["dY"]], n),
             None if d_final is None else _at_front(d_final, in_batched[b["d"]], n), T, mm,
         )  # fmt: skip
         return out, jax.tree_util.tree_map(lambda _: True, out)
 
     @jax.custom_vjp
     def ssm(U, W_B, a, W_Cf, W_Cb, D, x0):
-        Y, _, _, x = forward(U, W_B, a, W_Cf, W_Cb, D, x0)
+        Y, _, _, x, _ = forward(U, W_B, a, W_Cf, W_Cb, D, x0)
         return Y, x
 
     def ssm_fwd(U, W_B, a, W_Cf, W_Cb, D, x0):
-        Y, S_f, S_b, x = forward(U, W_B, a, W_Cf, W_Cb, D, x0)
-        return (Y, x), (U, W_B, a, W_Cf, W_Cb, D, S_f, S_b)
+        Y, S_f, S_b, x, G = forward(U, W_B, a, W_Cf, W_Cb, D, x0)
+        return (Y, x), (U, W_B, a, W_Cf, W_Cb, D, S_f, S_b, G)
 
     def ssm_bwd(residuals, cotangents):
         dY, d_final = cotangents
