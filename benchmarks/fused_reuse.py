@@ -4,11 +4,11 @@ A bidirectional fused layer uses each block's B̄u twice in the forward pass (on
 direction) and the backward scan's ∂x twice in the backward pass (pre-pass and main loop).
 Below `FUSED_REUSE_BYTES` each is made once and kept in a (B, L, 2P) buffer, and the kept B̄u is
 also saved for the backward pass, which then makes no B̄u; with the limit at 0 all are made
-again (one matrix product per block more in the forward pass, two in the backward pass). This script times one
-layer's SSM (`s5jax.nn.S5SSM`, fused, the layer benchmark's shape: H 128, P_full 256, J 8,
-L 4096, batch 8) both ways, forward and backward separately (the backward timed alone, through
-the VJP function of a forward computed beforehand), interleaved calls, and checks that both
-ways give the same outputs and gradients.
+again (one matrix product per block more in the forward pass, two in the backward pass).
+This script times one layer's SSM (`s5jax.nn.S5SSM`, fused, the layer benchmark's shape:
+H 128, P_full 256, J 8, L 4096, batch 8) both ways, forward and backward separately (the
+backward timed alone, through the VJP function of a forward computed beforehand), interleaved
+calls, and checks that both ways give the same outputs and gradients.
 
     .venv/bin/python benchmarks/fused_reuse.py [--repeats N] [--quick]
 """
