@@ -7,6 +7,15 @@ turn, round-robin (A B C A B C …) for `repeats` rounds, each call ended by
 `jax.block_until_ready`. Interleaving spreads any load from other processes on a shared
 machine over all the compared functions alike; the median per function is reported, and
 ratios are taken between medians measured in the same run.
+
+`time_blocked` is the alternative for functions whose memory footprints differ a lot (e.g. a
+layer step against the App. A baseline, whose peak is several GiB): in rounds, each function
+is called once untimed and then `per_round` times timed, back to back, as a training loop
+calls its step. Called round-robin, each call runs in an allocator state left by a different
+function: on the 2-core AMD host glibc trims the heap when the baseline frees more than
+`M_TRIM_THRESHOLD` (at most 2 GiB), and the next call of ours re-faults ~200,000 pages
+(about 780 MiB) that a loop of our step alone never re-faults. Both record the minor page
+faults of every timed call (`getrusage`), so a JSON shows which regime a figure comes from.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -68,23 +78,55 @@ def device_tag() -> str:
     return "cpu" if jax.default_backend() == "cpu" else "gpu"
 
 
+def _timed_call(fn: Callable[[], object]) -> tuple[float, int]:
+    """Wall seconds and minor page faults of one call, ended by `jax.block_until_ready`."""
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    elapsed = time.perf_counter() - t0
+    return elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
+def _summary(calls: dict[str, list[tuple[float, int]]]) -> dict[str, dict]:
+    out = {}
+    for name, cs in calls.items():
+        ts = [t for t, _ in cs]
+        out[name] = {
+            "median_s": statistics.median(ts), "min_s": min(ts), "all_s": ts,
+            "minor_faults": [f for _, f in cs],
+        }  # fmt: skip
+    return out
+
+
 def time_interleaved(
     fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 1
 ) -> dict[str, dict]:
-    """Median/min/all wall times (seconds) of zero-argument callables, called round-robin."""
+    """Median/min/all wall times (seconds) and minor page faults of zero-argument callables,
+    called round-robin."""
     for fn in fns.values():
         for _ in range(warmup):
             jax.block_until_ready(fn())
-    times: dict[str, list[float]] = {name: [] for name in fns}
+    calls: dict[str, list[tuple[float, int]]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            calls[name].append(_timed_call(fn))
+    return _summary(calls)
+
+
+def time_blocked(
+    fns: dict[str, Callable[[], object]], rounds: int = 3, per_round: int = 3
+) -> dict[str, dict]:
+    """Median/min/all wall times (seconds) and minor page faults of zero-argument callables:
+    `rounds` rounds, each calling every function once untimed (warm-up, and the allocator's
+    re-warm after the previous function) and then `per_round` times timed in a row."""
+    if rounds < 1 or per_round < 1:
+        raise ValueError(f"rounds and per_round must be >= 1, got {rounds} and {per_round}")
+    calls: dict[str, list[tuple[float, int]]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
             jax.block_until_ready(fn())
-            times[name].append(time.perf_counter() - t0)
-    return {
-        name: {"median_s": statistics.median(ts), "min_s": min(ts), "all_s": ts}
-        for name, ts in times.items()
-    }
+            calls[name].extend(_timed_call(fn) for _ in range(per_round))
+    return _summary(calls)
 
 
 def write_json(name: str, payload: dict) -> Path:

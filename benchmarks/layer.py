@@ -17,10 +17,16 @@ and the factor 2 of conjugate symmetry on C̃x. Its parameters are the complex v
 ours, so both compute the same outputs (checked before timing).
 
 Timing: fwd+bwd = `jax.value_and_grad` of mean(y²) with respect to all parameters, jitted,
-every variant interleaved in one run (medians of `--repeats`). Also a breakdown of one of our
-layers computed by the scan path (B̄u, the two scans, the output projection).
+every variant in one run. By default (`--timing blocked`, `_common.time_blocked`) in
+`--repeats` rounds, each calling every variant once untimed and then `--per-round` times timed
+in a row, as a training loop calls its step; `--timing interleaved` calls the variants
+round-robin (`--repeats` rounds), where each call of ours follows a call of another variant
+(the baseline's peak is several GiB, and glibc trims the heap after it: see `_common`). The
+JSON records the minor page faults of every timed call. Medians are reported. Also a
+breakdown of one of our layers computed by the scan path (B̄u, the two scans, the output
+projection).
 
-    .venv/bin/python benchmarks/layer.py [--quick]
+    .venv/bin/python benchmarks/layer.py [--quick] [--timing blocked|interleaved]
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import functools
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from _common import device_info, print_table, time_interleaved, write_json
+from _common import device_info, print_table, time_blocked, time_interleaved, write_json
 
 from s5jax import core, nn
 from s5jax.core import _ssm
@@ -153,12 +159,35 @@ def components(ssm: nn.S5SSM, method):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="L = 1024, fewer repeats")
-    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="rounds (default 3, --quick 2 blocked; 5, --quick 3 interleaved)",
+    )
+    parser.add_argument("--timing", choices=("blocked", "interleaved"), default="blocked")
+    parser.add_argument(
+        "--per-round",
+        type=int,
+        default=3,
+        help="timed calls per variant and round (--timing blocked)",
+    )
     parser.add_argument("--layers", type=int, default=6)
     args = parser.parse_args()
     H, P_full, J, batch = 128, 256, 8, 8
     L = 1024 if args.quick else 4096
-    repeats = args.repeats or (3 if args.quick else 5)
+    if args.timing == "blocked":
+        repeats = args.repeats or (2 if args.quick else 3)
+    else:
+        repeats = args.repeats or (3 if args.quick else 5)
+    if repeats < 1 or args.per_round < 1:
+        parser.error("--repeats and --per-round must be at least 1")
+
+    def timed(fns):
+        if args.timing == "blocked":
+            return time_blocked(fns, rounds=repeats, per_round=args.per_round)
+        return time_interleaved(fns, repeats=repeats)
+
     methods = ("sequential", "chunked", "fused")
     scan_methods = ("sequential", "chunked")  # the breakdown splits the scan path only
     if core.native_available():  # the C++ kernel (CPU; compiled on first use)
@@ -191,7 +220,7 @@ def main():
     fns |= {
         f"ours-{m}/{args.layers} layers": functools.partial(step_ours, ours[m], u) for m in methods
     }
-    times = time_interleaved(fns, repeats=repeats)
+    times = timed(fns)
 
     # Breakdown of one layer (the first), interleaved separately.
     first = ours["sequential"].layers[0]
@@ -204,7 +233,7 @@ def main():
         parts[f"{m}: B_bar u"] = functools.partial(comp["B_bar u"], u)
         parts[f"{m}: 2 scans"] = functools.partial(comp["2 scans"], Bu)
         parts[f"{m}: projection"] = functools.partial(comp["projection"], xs)
-    part_times = time_interleaved(parts, repeats=repeats)
+    part_times = timed(parts)
 
     rows = []
     for n in (1, args.layers):
@@ -214,6 +243,10 @@ def main():
         for m in methods:
             t = times[f"ours-{m}/{tag}"]["median_s"]
             rows.append({"what": f"ours-{m} {tag}", "ms": t * 1e3, "speedup": tb / t})
+    print(
+        f"timing: {args.timing}, {repeats} rounds"
+        + (f" x {args.per_round} calls" if args.timing == "blocked" else "")
+    )
     print(f"fwd+bwd, batch {batch}, L {L}, H {H}, P_full {P_full} ({P_full // 2} stored), J {J}")
     print_table(rows, [("what", "variant", "s"), ("ms", "median ms", ".1f"),
                        ("speedup", "baseline / ours", ".2f")])  # fmt: skip
@@ -229,6 +262,7 @@ def main():
     print(f"{stack_tag}: baseline / ours ({best}) = {ratio:.2f} (target >= 5)")
     path = write_json("layer", {
         "benchmark": "layer", "quick": args.quick, "device": info, "repeats": repeats,
+        "timing": args.timing, "per_round": args.per_round if args.timing == "blocked" else None,
         "model_note": "layer = u + GELU(S5SSM(u)), no norm/dropout, ours and baseline alike",
         "methods": list(methods),
         "shapes": {"H": H, "P_full": P_full, "P_stored": P_full // 2, "J": J, "L": L,
