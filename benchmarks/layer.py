@@ -222,7 +222,7 @@ def main():
     }
     times = timed(fns)
 
-    # Breakdown of one layer (the first), interleaved separately.
+    # Breakdown of one layer (the first), timed separately with the same protocol.
     first = ours["sequential"].layers[0]
     Lambda_bar, B_bar = first.discretized()
     Bu = jax.vmap(lambda v: _ssm._complex_matvecs(v, B_bar))(u)
