@@ -3,6 +3,8 @@
 s5jax train EXPERIMENT|CONFIG.toml [--set a.b=c ...] [--workdir DIR] [--resume]
 s5jax train --data FILE.npz [--set ...]        your own data, default model
 s5jax eval RUN_DIR [--split test] [--step-rescale R] [--checkpoint best|latest]
+s5jax predict RUN_DIR --out PRED.npz [--data FILE.npz|DATASET] [--split NAME] [--stream]
+s5jax export RUN_DIR --out DIR [--checkpoint best|latest] [--length L] [--overwrite]
 s5jax list
 s5jax data prepare NAME [--source PATH] [--generate [--count N] [--seed S]]
 s5jax data prepare listops [--l-max L] [--generate [--min-length N] [--max-length N]
@@ -84,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--checkpoint", choices=("best", "latest"), default="best")
 
+    _predict_parser(sub)
+    _export_parser(sub)
+
     sub.add_parser(
         "list",
         help="list experiments and whether their data is present",
@@ -145,6 +150,78 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _predict_parser(sub) -> None:
+    pred = sub.add_parser(
+        "predict",
+        help="predict with a run's checkpoint on new data",
+        description="Predict with a run's checkpoint and write the predictions to an .npz "
+        "(log_probs and pred for classification, pred for regression, mean and variance for "
+        "the Gaussian head). When the data hold targets, print the loss and metric as one JSON "
+        "line. Example: s5jax predict runs/mine --data new.npz --out pred.npz",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pred.add_argument("run_dir", type=Path, help="the run directory written by `s5jax train`")
+    pred.add_argument(
+        "--data",
+        metavar="FILE",
+        help="an .npz in the own-data format (a split x_{split}, or only x with optional "
+        "lengths, t and y) or a prepared dataset's name (default: the run's own data)",
+    )
+    pred.add_argument(
+        "--split", default="test", help="which split of --data to predict (default test)"
+    )
+    pred.add_argument(
+        "--checkpoint",
+        choices=("best", "latest"),
+        default="best",
+        help="the best-validation (default) or the latest checkpoint",
+    )
+    pred.add_argument(
+        "--out", type=Path, required=True, metavar="PRED.npz", help="the predictions file"
+    )
+    pred.add_argument(
+        "--stream",
+        action="store_true",
+        help="feed the data one step at a time through the online (recurrent) model; "
+        "causal models only, same predictions",
+    )
+    pred.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help="examples per batch (default the run's data.eval_batch_size)",
+    )
+    pred.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _export_parser(sub) -> None:
+    exp = sub.add_parser(
+        "export",
+        help="serialise a run's model with jax.export",
+        description="Write a run's model as jax.export serialisations (forward.jax, and "
+        "step.jax for causal models), its initial stream state (init_state.npz) and "
+        "spec.json, loadable with jax alone (see examples/load_exported.py). "
+        "Example: s5jax export runs/mine --out exported/mine",
+    )
+    exp.add_argument("run_dir", type=Path, help="the run directory written by `s5jax train`")
+    exp.add_argument("--out", type=Path, required=True, metavar="DIR", help="the folder to write")
+    exp.add_argument(
+        "--checkpoint",
+        choices=("best", "latest"),
+        default="best",
+        help="the best-validation (default) or the latest checkpoint",
+    )
+    exp.add_argument(
+        "--length",
+        type=int,
+        metavar="L",
+        help="fix the forward's sequence length to L (default: any length, symbolic)",
+    )
+    exp.add_argument(
+        "--overwrite", action="store_true", help="replace --out if it exists and is not empty"
+    )
+
+
 def _cpu_devices(n: int) -> None:
     """Ask XLA for `n` CPU devices; takes effect only if JAX has not started yet."""
     if n < 1:
@@ -197,6 +274,40 @@ def _eval(args) -> int:
         args.run_dir, split=args.split, step_rescale=args.step_rescale, which=args.checkpoint
     )
     print(json.dumps(result, indent=2))
+    return 0
+
+
+def _predict(args) -> int:
+    from ..train import predict_run
+
+    result = predict_run(
+        args.run_dir,
+        args.out,
+        data=args.data,
+        split=args.split,
+        which=args.checkpoint,
+        stream=args.stream,
+        batch_size=args.batch_size,
+        progress=not args.no_progress,
+    )
+    if "loss" in result:
+        print(json.dumps(result))
+    else:
+        print(f"wrote {result['n']} predictions to {result['out']}", file=sys.stderr)
+    return 0
+
+
+def _export(args) -> int:
+    from ..train import export_run
+
+    folder = export_run(
+        args.run_dir,
+        args.out,
+        which=args.checkpoint,
+        length=args.length,
+        overwrite=args.overwrite,
+    )
+    print(f"exported to {folder}", file=sys.stderr)
     return 0
 
 
@@ -328,7 +439,14 @@ def main(argv: list[str] | None = None) -> int:
     from ..data import DatasetError
 
     args = _parser().parse_args(argv)
-    handlers = {"train": _train, "eval": _eval, "list": _list, "data": _prepare}
+    handlers = {
+        "train": _train,
+        "eval": _eval,
+        "predict": _predict,
+        "export": _export,
+        "list": _list,
+        "data": _prepare,
+    }
     try:
         return handlers[args.command](args)
     except (ConfigError, DatasetError, FileNotFoundError, ValueError) as e:

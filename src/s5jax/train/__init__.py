@@ -19,8 +19,9 @@ from ._optim import (
     set_lr_scale,
 )
 from ._plots import plot_curves
+from ._predict import export_run, predict_run
 from ._progress import Progress
-from ._runs import DATA_SOURCES, data_status, evaluate_run, user_data_config
+from ._runs import DATA_SOURCES, data_status, evaluate_run, load_run, user_data_config
 from ._schedule import (
     EarlyStopState,
     LRSchedule,
@@ -49,14 +50,17 @@ __all__ = [
     "describe_groups",
     "early_stop_update",
     "evaluate_run",
+    "export_run",
     "format_groups",
     "get_lr_scale",
     "group_of_role",
     "group_schedules",
     "initialize_multihost",
+    "load_run",
     "optimizer_groups",
     "plateau_update",
     "plot_curves",
+    "predict_run",
     "read_metrics",
     "set_lr_scale",
     "summary_table",

@@ -16,7 +16,7 @@ from ._checkpoint import Checkpoints
 from ._datasets import load_dataset
 from ._engine import _Run
 
-__all__ = ["DATA_SOURCES", "data_status", "evaluate_run", "user_data_config"]
+__all__ = ["DATA_SOURCES", "data_status", "evaluate_run", "load_run", "user_data_config"]
 
 #: Where each dataset comes from: generated here, or what to download and where to put it.
 DATA_SOURCES: dict[str, str] = {
@@ -37,7 +37,6 @@ DATA_SOURCES: dict[str, str] = {
     "speech35": "Speech Commands v0.02 `speech_commands_v0.02.tar.gz` → "
     "$S5JAX_DATA/speech_commands/",
 }
-
 
 
 def data_status(dataset: str) -> str:
@@ -82,6 +81,31 @@ def user_data_config(path: str | os.PathLike, overrides=()) -> tuple[ExperimentC
     return apply_overrides(cfg, overrides), dataset
 
 
+def load_run(
+    run_dir: str | os.PathLike, which: str = "best", *, dataset: PreparedDataset | None = None
+) -> _Run:
+    """A finished run rebuilt from `run_dir/config.json`, with its `which` checkpoint loaded.
+
+    The model's input width, vocabulary and outputs follow the run's training data, so
+    `dataset` (default: the one `config.data` names) must be the data it was trained on.
+    """
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} not found: {run_dir} is not an s5jax run directory")
+    config = load_experiment(config_path)
+    dataset = dataset if dataset is not None else load_dataset(config.data)
+    run = _Run(config, run_dir, dataset, io.StringIO())
+    run.build()
+    ckpt = Checkpoints(run_dir)
+    try:
+        tree, _ = ckpt.restore(which, run.train_state())
+    finally:
+        ckpt.close()
+    run.load_train_state(tree)
+    return run
+
+
 def evaluate_run(
     run_dir: str | os.PathLike,
     *,
@@ -94,21 +118,8 @@ def evaluate_run(
 
     `step_rescale` multiplies every Δ (e.g. 2 for 8 kHz audio on a 16 kHz model).
     """
-    run_dir = Path(run_dir)
-    config_path = run_dir / "config.json"
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path} not found: {run_dir} is not an s5jax run directory")
-    config = load_experiment(config_path)
-    dataset = dataset if dataset is not None else load_dataset(config.data)
-    if split not in dataset.splits:
-        raise ValueError(f"split must be one of {sorted(dataset.splits)}, got {split!r}")
-    run = _Run(config, run_dir, dataset, io.StringIO())
-    run.build()
-    ckpt = Checkpoints(run_dir)
-    try:
-        tree, _ = ckpt.restore(which, run.train_state())
-    finally:
-        ckpt.close()
-    run.load_train_state(tree)
+    run = load_run(run_dir, which, dataset=dataset)
+    if split not in run.dataset.splits:
+        raise ValueError(f"split must be one of {sorted(run.dataset.splits)}, got {split!r}")
     result = run.evaluate(split, step_rescale)
     return {"split": split, "step_rescale": step_rescale, "checkpoint": which, **result}

@@ -1,0 +1,413 @@
+"""A trained run without code: predictions on new data (`predict_run`) and a serialised model
+for JAX programs without s5jax (`export_run`).
+
+Both rebuild the run as `evaluate_run` does (`load_run`: config.json, the training data's
+shapes, the checkpoint). Predictions use the eval step's batching (the last batch padded and
+masked) and its per-example loss, so the metric printed for a file with targets is the one
+`s5jax eval` gives on the same split. With `stream=True` the data are fed one step at a time
+through the model's online API instead; for causal models the outputs are the same.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..data import DatasetError, PreparedDataset, Split
+from ..data._batches import iterate_batches, num_batches
+from ..data._npz import _check_finite, _check_lengths, _check_times, _Reader
+from ._engine import _host_batch, _model_inputs, _Run
+from ._progress import Progress
+from ._runs import load_run
+from ._steps import per_example_loss
+
+__all__ = ["predict_run"]
+
+_FIELDS = ("x", "y", "lengths", "t")
+
+
+# --------------------------------------------------------------------------------------------
+# What the run's model reads and writes
+
+
+@dataclass(frozen=True)
+class _Expect:
+    """The inputs and targets the run's model takes, from its training data."""
+
+    head: str
+    pooling: str
+    tokens: bool
+    d_input: int
+    vocab_size: int | None
+    n_classes: int
+
+    @classmethod
+    def of(cls, run: _Run) -> _Expect:
+        inputs = _model_inputs(run.dataset, run.head)
+        tokens = inputs["vocab"] is not None
+        vocab = run.dataset.vocab_size if tokens else None
+        return cls(
+            head=run.head, pooling=run.config.model.pooling, tokens=tokens,
+            d_input=inputs["d_input"], vocab_size=vocab, n_classes=run.dataset.n_classes,
+        )  # fmt: skip
+
+    def output_shapes(self, run: _Run, x: np.ndarray):
+        """The shapes of one example's output (a tuple of two for the Gaussian head)."""
+        model = eqx.combine(run.params, run.static)
+        one = jax.ShapeDtypeStruct(x.shape[1:], x.dtype)
+        if self.head == "retrieval" or self.pooling == "masked_mean":
+            length = jax.ShapeDtypeStruct((2,) if self.head == "retrieval" else (), jnp.int32)
+        else:
+            length = None
+        out = jax.eval_shape(
+            lambda x, n: model(x, run.model_state, inference=True, lengths=n)[0], one, length
+        )
+        return jax.tree.map(lambda s: s.shape, out)
+
+
+def _error_for(where: str):
+    def error(field: str, message: str) -> DatasetError:
+        return DatasetError(f"{where}: {field!r} {message}")
+
+    return error
+
+
+def _check_inputs(x: np.ndarray, expect: _Expect, error) -> np.ndarray:
+    """x against the model: token ids in the run's vocabulary, or (N, L, d_input) features."""
+    if expect.tokens:
+        rank, shape = (3, "(N, 2, L)") if expect.head == "retrieval" else (2, "(N, L)")
+        if x.dtype.kind not in "iu" or x.ndim != rank:
+            return _raise(
+                error(
+                    "x",
+                    f"has shape {x.shape} and dtype {x.dtype}; this run's model reads token ids "
+                    f"{shape} integer (vocabulary 0 .. {expect.vocab_size - 1}): store the ids "
+                    "as an integer array",
+                )
+            )
+        if x.size and (x.min() < 0 or x.max() >= expect.vocab_size):
+            bad = int(x.min()) if x.min() < 0 else int(x.max())
+            return _raise(
+                error(
+                    "x",
+                    f"has token id {bad} outside the run's vocabulary 0 .. "
+                    f"{expect.vocab_size - 1}; map the tokens with the vocabulary the run was "
+                    "trained with",
+                )
+            )
+        x = x.astype(np.int32)
+    else:
+        if x.ndim == 2 and x.dtype.kind in "iu":
+            return _raise(
+                error(
+                    "x",
+                    f"holds integer token ids {x.shape} but this run's model reads float "
+                    f"features (N, L, {expect.d_input}); give features, or use a token model",
+                )
+            )
+        if x.ndim != 3 or x.shape[-1] != expect.d_input:
+            return _raise(
+                error(
+                    "x",
+                    f"has shape {x.shape}; this run's model reads (N, L, D) float features "
+                    f"with D = {expect.d_input} (the training data's width): give every step "
+                    f"the {expect.d_input} features it was trained on",
+                )
+            )
+        x = x.astype(np.float32)
+    if len(x) == 0 or x.shape[-1 if expect.tokens else 1] == 0:
+        return _raise(error("x", f"has shape {x.shape}; give at least one example of one step"))
+    return x
+
+
+def _raise(e: Exception):
+    raise e
+
+
+def _check_targets(y: np.ndarray, out_shape, expect: _Expect, error) -> np.ndarray:
+    """y against the model's output: labels 0 .. C−1, or targets of the output's shape."""
+    n = len(y)
+    if expect.head in ("classification", "retrieval"):
+        want = (n, *out_shape[:-1])
+        integral = y.dtype.kind in "iu" or (
+            y.dtype.kind == "f" and np.isfinite(y).all() and np.array_equal(y, np.round(y))
+        )
+        if y.shape != want or not integral:
+            raise error(
+                "y",
+                f"has shape {y.shape} and dtype {y.dtype}; this run's model predicts "
+                f"classes, so labels must be integers of shape {want}",
+            )
+        if y.size and (y.min() < 0 or y.max() >= expect.n_classes):
+            bad = y.min() if y.min() < 0 else y.max()
+            raise error(
+                "y",
+                f"has label {bad.item()!r}; the run has {expect.n_classes} classes "
+                f"(labels 0 .. {expect.n_classes - 1})",
+            )
+        return y.astype(np.int32)
+    shape = out_shape[0] if expect.head == "gaussian" else out_shape
+    want = (n, *shape)
+    if y.ndim == len(want) - 1 and want[-1] == 1:
+        y = y[..., None]
+    if y.shape != want or y.dtype.kind not in "biuf":
+        raise error(
+            "y",
+            f"has shape {y.shape}; this run's model predicts targets of shape {want} "
+            "(one row per example)",
+        )
+    y = y.astype(np.float32)
+    if not np.isfinite(y).all():
+        raise error("y", "contains NaN or Inf; drop those examples or their targets")
+    return y
+
+
+class _SplitView:
+    """One split of an `.npz`, with its keys renamed `{field}_s` so that the training
+    reader's checks apply; their errors name the file's own keys."""
+
+    def __init__(self, r: _Reader, names: dict[str, str]):
+        self.path, self._names = r.path, names
+        self.arrays = {f"{f}_s": r.arrays[k] for f, k in names.items() if k in r.arrays}
+
+    def error(self, key: str, message: str) -> DatasetError:
+        field = key.rsplit("_", 1)[0]
+        return DatasetError(f"{self.path}: key {self._names.get(field, key)!r} {message}")
+
+
+def _read_npz(path: Path, split: str, expect: _Expect) -> tuple[str | None, dict]:
+    """The arrays of `split` (or of the x-only form) of an `.npz`, checked as training does."""
+    r = _Reader(path)
+    if "x" in r.arrays:
+        names, where = {f: f for f in _FIELDS}, None
+    elif f"x_{split}" in r.arrays:
+        names, where = {f: f"{f}_{split}" for f in _FIELDS}, split
+    else:
+        splits = sorted(k[2:] for k in r.arrays if k.startswith("x_"))
+        raise DatasetError(
+            f"{path}: has no key 'x_{split}' (splits in the file: {', '.join(splits) or 'none'}); "
+            "pass --split NAME, or save the inputs as 'x' (with optional 'lengths', 't', 'y')"
+        )
+    view = _SplitView(r, names)
+    error = view.error
+    x = _check_inputs(view.arrays["x_s"], expect, lambda f, m: error(f"{f}_s", m))
+    n, L = len(x), x.shape[-1] if expect.tokens else x.shape[1]
+    for f in ("y", "lengths", "t"):
+        arr = view.arrays.get(f"{f}_s")
+        if arr is not None and (arr.ndim == 0 or len(arr) != n):
+            raise error(f"{f}_s", f"has {len(arr) if arr.ndim else 0} rows but x has {n}; give "
+                        "one row per example, in the same order")  # fmt: skip
+    if expect.head == "retrieval":
+        raise DatasetError(f"{path}: the retrieval model predicts from a prepared dataset only")
+    if not expect.tokens:
+        _check_finite(view, "x_s", x)
+    lengths = _check_lengths(view, "s", L)
+    t = _check_times(view, "s", L, lengths)
+    y = view.arrays.get("y_s")
+    return where, {"x": x, "y": y, "lengths": lengths, "t": t}
+
+
+def _read_source(run: _Run, expect: _Expect, data, split: str) -> tuple[str | None, dict, str]:
+    """(split name or None for the x-only form, checked arrays, a name for messages)."""
+    from ._datasets import DATASETS, load_dataset
+
+    config = run.config
+    name = None if data is None else str(data)
+    if name is None or name == config.data.dataset:
+        dataset = run.dataset
+    elif name.endswith(".npz") or Path(name).expanduser().exists():
+        where, arrays = _read_npz(Path(name).expanduser(), split, expect)
+        return where, arrays, name
+    elif name in DATASETS:
+        dataset = load_dataset(replace(config.data, dataset=name))
+    else:
+        raise FileNotFoundError(
+            f"--data {name}: no such file; give an .npz file or a dataset name "
+            f"(one of {', '.join(sorted(DATASETS))})"
+        )
+    if split not in dataset.splits:
+        raise ValueError(f"--split must be one of {sorted(dataset.splits)}, got {split!r}")
+    s = dataset.splits[split]
+    error = _error_for(f"dataset {dataset.name!r}, split {split!r}")
+    arrays = {"x": _check_inputs(np.asarray(s.x), expect, error), "y": s.y,
+              "lengths": s.lengths, "t": s.t}  # fmt: skip
+    return split, arrays, dataset.name
+
+
+# --------------------------------------------------------------------------------------------
+# Forward passes
+
+
+def _offline(static):
+    """Batched inference-mode forward of the model (as the eval step runs it)."""
+
+    def forward(params, state, batch, step_rescale):
+        model = eqx.combine(params, static)
+
+        def one(x, length, dt):
+            out, _ = model(
+                x, state, inference=True, lengths=length, dt=dt, step_rescale=step_rescale
+            )
+            return out
+
+        lengths, dt = batch.get("lengths"), batch.get("dt")
+        axes = (0, None if lengths is None else 0, None if dt is None else 0)
+        return jax.vmap(one, axis_name="batch", in_axes=axes)(batch["x"], lengths, dt)
+
+    return jax.jit(forward)
+
+
+def _streamed(static, pooling: str):
+    """The same outputs, one step at a time through the online API (causal models).
+
+    A pooled head's prediction is its output after the last step the offline model pools:
+    `lengths − 1` under masked-mean pooling, the last step otherwise.
+    """
+
+    def forward(params, state, batch, step_rescale):
+        model = eqx.combine(params, static)
+        start = model.init_state(state)
+
+        def one(x, length, dt):
+            _, outs = model.run_online(start, x, dt=dt, step_rescale=step_rescale)
+            if pooling == "none":
+                return outs
+            last = x.shape[0] - 1 if length is None or pooling != "masked_mean" else length - 1
+            return jax.tree.map(lambda o: o[last], outs)
+
+        lengths, dt = batch.get("lengths"), batch.get("dt")
+        axes = (0, None if lengths is None else 0, None if dt is None else 0)
+        return jax.vmap(one, axis_name="batch", in_axes=axes)(batch["x"], lengths, dt)
+
+    return jax.jit(forward)
+
+
+def _losses(head: str):
+    return jax.jit(jax.vmap(lambda o, y: per_example_loss(head, o, y)))
+
+
+def _named_outputs(head: str, out) -> dict[str, np.ndarray]:
+    if head == "gaussian":
+        mean, variance = out
+        return {"mean": np.asarray(mean), "variance": np.asarray(variance)}
+    out = np.asarray(out)
+    if head in ("classification", "retrieval"):
+        return {"log_probs": out, "pred": np.argmax(out, axis=-1).astype(np.int32)}
+    return {"pred": out}
+
+
+def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """`np.savez` to a temporary sibling, fsync, rename: no half-written file under `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# --------------------------------------------------------------------------------------------
+# predict_run
+
+
+def predict_run(
+    run_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    data: str | os.PathLike | None = None,
+    split: str = "test",
+    which: str = "best",
+    stream: bool = False,
+    batch_size: int | None = None,
+    progress: bool = True,
+    dataset: PreparedDataset | None = None,
+    messages=None,
+) -> dict[str, Any]:
+    """Predict with a run's checkpoint and write the predictions to `out` (an `.npz`).
+
+    **Arguments:**
+    - `run_dir`: a run directory written by `s5jax train`.
+    - `out`: the predictions file, written atomically: `log_probs` (N, C) and `pred` (N,)
+      for classification ((N, L, C) and (N, L) per step), `pred` (N, D) or (N, L, D) for
+      regression, `mean` and `variance` (N, L, D) for the Gaussian head.
+    - `data`: an `.npz` (own-data format: split `x_{split}`, or only `x` with optional
+      `lengths`, `t`, `y`) or a prepared dataset's name; default the run's own data.
+    - `split`: which split of `data`.
+    - `which`: the checkpoint, `"best"` or `"latest"`.
+    - `stream`: feed the data step by step through the online API (causal models only).
+    - `batch_size`: examples per batch (default the run's `data.eval_batch_size`).
+    - `progress`: show a progress bar on `messages` (default stderr).
+    - `dataset`: the run's training data, when not the one its config names.
+
+    **Returns:** `{"split", "n", "out"}`, plus `"loss"` and the run's metric (`"accuracy"` or
+    `"mse"`, as `s5jax eval` computes them) when the data hold targets.
+    """
+    out = Path(out)
+    run = load_run(run_dir, which, dataset=dataset)
+    expect = _Expect.of(run)
+    model = eqx.combine(run.params, run.static)
+    if stream:
+        model.check_online()
+    where, arrays, source = _read_source(run, expect, data, split)
+    x = arrays["x"]
+    shapes = expect.output_shapes(run, x)
+    has_targets = arrays["y"] is not None
+    if has_targets:
+        error = _error_for(source if where is None else f"{source}, split {where!r}")
+        arrays["y"] = _check_targets(np.asarray(arrays["y"]), shapes, expect, error)
+    else:
+        arrays["y"] = np.zeros(len(x), np.int32)  # a placeholder the batches carry
+    if expect.pooling == "masked_mean" and arrays["lengths"] is None:
+        arrays["lengths"] = np.full(len(x), x.shape[1], np.int32)  # every step is valid
+    size = run.eval_batch_size if batch_size is None else int(batch_size)
+    if size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {size}")
+    run.parallel.check_batch_size(size, "--batch-size")
+
+    forward = _streamed(run.static, expect.pooling) if stream else _offline(run.static)
+    losses = _losses(run.head)
+    split_obj = Split(**arrays)
+    bar = (
+        Progress(num_batches(len(x), size), "predict", messages or sys.stderr, unit="batch")
+        if progress
+        else None
+    )
+    parts, sums = [], {"loss": 0.0, "metric": 0.0}
+    for batch in iterate_batches(split_obj, size, shuffle=False, pad_last=True):
+        host = _host_batch(batch, run.head)
+        if not has_targets:
+            host.pop("y")
+        outputs = forward(run.params, run.model_state, run.parallel.shard(host), 1.0)
+        mask = batch["mask"]
+        parts.append(jax.tree.map(lambda o, m=mask: np.asarray(o)[m], outputs))
+        if has_targets:
+            loss, metric = losses(outputs, host["y"])
+            sums["loss"] += float(np.sum(np.asarray(loss, np.float64)[mask]))
+            sums["metric"] += float(np.sum(np.asarray(metric, np.float64)[mask]))
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
+    outputs = jax.tree.map(lambda *p: np.concatenate(p), *parts)
+    _write_npz(out, _named_outputs(run.head, outputs))
+    result: dict[str, Any] = {"split": where, "n": len(x)}
+    if has_targets:
+        result |= {"loss": sums["loss"] / len(x), run.metric: sums["metric"] / len(x)}
+    return result | {"out": str(out)}
+
+
+def export_run(*args, **kwargs):
+    raise NotImplementedError

@@ -1,0 +1,159 @@
+"""`s5jax predict` / `predict_run`: the predictions of a run's checkpoint on new data agree with
+the model applied to each example alone, the printed metric with `s5jax eval`, and streamed
+predictions with the offline ones; bad inputs are one-line errors and leave no file behind."""
+
+import io
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from s5jax.cli import main
+from s5jax.config import dump_json
+from s5jax.data import DatasetError
+from s5jax.train import evaluate_run, load_run, predict_run, user_data_config
+from s5jax.train._checkpoint import Checkpoints
+from s5jax.train._engine import _Run
+
+TINY = ["model.n_layers=2", "model.d_model=8", "model.ssm_size=8", "model.blocks=2",
+        "data.batch_size=8", "data.eval_batch_size=8"]  # fmt: skip
+
+
+def make_run(tmp_path, arrays, *overrides, name="run"):
+    """A run directory as `s5jax train --data` leaves it, without the training: config.json
+    and `best`/`latest` checkpoints of the initial model."""
+    path = tmp_path / f"{name}.npz"
+    np.savez(path, **arrays)
+    config, dataset = user_data_config(path, [*TINY, *overrides])
+    run_dir = tmp_path / name
+    run = _Run(config, run_dir, dataset, io.StringIO())
+    run.build()
+    run_dir.mkdir()
+    dump_json(config, run_dir / "config.json")
+    ckpt = Checkpoints(run_dir)
+    ckpt.save("best", 0, run.train_state(), {})
+    ckpt.save("latest", 0, run.train_state(), {})
+    ckpt.close()
+    return run_dir, path
+
+
+def features(rng, n=20, L=10, D=3, classes=3, lengths=False, times=False):
+    arrays = {}
+    for split, m in (("train", n), ("val", 8), ("test", n)):
+        arrays[f"x_{split}"] = rng.standard_normal((m, L, D)).astype(np.float32)
+        arrays[f"y_{split}"] = rng.integers(0, classes, m)
+        if lengths:
+            arrays[f"lengths_{split}"] = rng.integers(1, L + 1, m)
+        if times:
+            arrays[f"t_{split}"] = np.cumsum(rng.uniform(0.1, 2.0, (m, L)), axis=1)
+    return arrays
+
+
+def alone(run_dir, x, lengths=None, dt=None):
+    """The run's model on one example at a time (no batching, no padding)."""
+    run = load_run(run_dir)
+    model = eqx.combine(run.params, run.static)
+    outs = []
+    for i in range(len(x)):
+        out, _ = model(
+            jnp.asarray(x[i]), run.model_state, inference=True,
+            lengths=None if lengths is None else jnp.asarray(lengths[i]),
+            dt=None if dt is None else jnp.asarray(dt[i]),
+        )  # fmt: skip
+        outs.append(out)
+    return jax.tree.map(lambda *o: np.stack(o), *outs)
+
+
+def test_classification_predictions_and_metric_equal_eval(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    arrays = features(rng, lengths=True)
+    run_dir, path = make_run(tmp_path, arrays, "model.pooling=masked_mean")
+    out = tmp_path / "pred.npz"
+    # 20 examples in batches of 8: the last batch is padded.
+    code = main(["predict", str(run_dir), "--data", str(path), "--out", str(out),
+                 "--no-progress", "--batch-size", "8"])  # fmt: skip
+    assert code == 0
+    line = json.loads(capsys.readouterr().out)
+    pred = np.load(out)
+    assert sorted(pred.files) == ["log_probs", "pred"]
+    want = alone(run_dir, arrays["x_test"], arrays["lengths_test"].astype(np.int32))
+    np.testing.assert_allclose(pred["log_probs"], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(pred["pred"], np.argmax(pred["log_probs"], -1))
+    ev = evaluate_run(run_dir, split="test")
+    assert line["split"] == "test" and line["n"] == 20 and line["out"] == str(out)
+    assert line["loss"] == pytest.approx(ev["loss"], abs=1e-6)
+    assert line["accuracy"] == pytest.approx(ev["accuracy"], abs=1e-6)
+
+
+def test_x_only_file_without_targets_and_irregular_times(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    arrays = features(rng, times=True)
+    # Per-step targets: a per-step regression run (no pooling).
+    for s in ("train", "val", "test"):
+        arrays[f"y_{s}"] = rng.standard_normal(arrays[f"x_{s}"].shape[:2]).astype(np.float32)
+    run_dir, _ = make_run(tmp_path, arrays, "model.timestep_mode=irregular", name="reg")
+    x, t = arrays["x_test"][:5], arrays["t_test"][:5]
+    new = tmp_path / "new.npz"
+    np.savez(new, x=x, t=t)
+    out = tmp_path / "p.npz"
+    result = predict_run(run_dir, out, data=new, progress=False)
+    assert result == {"split": None, "n": 5, "out": str(out)}
+    dt = np.concatenate([np.ones_like(t[:, :1]), np.diff(t, axis=1)], axis=1).astype(np.float32)
+    want = alone(run_dir, x, dt=dt)
+    got = np.load(out)["pred"]
+    assert got.shape == (5, 10, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # The Δ multipliers matter: without t the predictions differ.
+    np.savez(new, x=x)
+    predict_run(run_dir, out, data=new, progress=False)
+    assert not np.allclose(np.load(out)["pred"], want, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"x": np.zeros((4, 10, 2), np.float32)}, "D = 3"),
+        ({"x": np.zeros((4, 10), np.int64)}, "integer token ids"),
+        ({"x": np.full((4, 10, 3), np.nan, np.float32)}, "NaN"),
+        ({"x": np.zeros((4, 10, 3), np.float32), "lengths": np.full(4, 11)}, "'lengths'"),
+        ({"x": np.zeros((4, 10, 3), np.float32), "t": np.zeros((4, 9))}, "'t'"),
+        ({"x": np.zeros((4, 10, 3), np.float32), "y": np.full(4, 3)}, "3 classes"),
+        ({"x_val": np.zeros((4, 10, 3), np.float32)}, "--split"),
+    ],
+)
+def test_bad_inputs_are_one_line_errors_and_write_nothing(tmp_path, capsys, bad, message):
+    rng = np.random.default_rng(2)
+    run_dir, _ = make_run(tmp_path, features(rng, n=8))
+    path = tmp_path / "bad.npz"
+    np.savez(path, **bad)
+    out = tmp_path / "pred.npz"
+    assert main(["predict", str(run_dir), "--data", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("s5jax predict: error: ") and "\n" not in err
+    assert message in err
+    assert list(tmp_path.glob("pred.npz*")) == []
+
+
+def test_tokens_outside_the_vocabulary_and_floats_for_tokens(tmp_path):
+    rng = np.random.default_rng(3)
+    arrays = {}
+    for s in ("train", "val", "test"):
+        arrays[f"x_{s}"] = rng.integers(0, 7, (8, 6))
+        arrays[f"y_{s}"] = rng.integers(0, 2, 8)
+    arrays["vocab_size"] = 7
+    run_dir, _ = make_run(tmp_path, arrays)
+    path = tmp_path / "tok.npz"
+    np.savez(path, x=np.full((2, 6), 7))
+    with pytest.raises(DatasetError, match=r"token id 7 outside the run.s vocabulary 0 \.\. 6"):
+        predict_run(run_dir, tmp_path / "p.npz", data=path, progress=False)
+    np.savez(path, x=np.zeros((2, 6, 1), np.float32))
+    with pytest.raises(DatasetError, match=r"reads token ids \(N, L\) integer"):
+        predict_run(run_dir, tmp_path / "p.npz", data=path, progress=False)
+    np.savez(path, x=arrays["x_test"][:3])
+    predict_run(run_dir, tmp_path / "p.npz", data=path, progress=False)
+    want = alone(run_dir, arrays["x_test"][:3].astype(np.int32))
+    np.testing.assert_allclose(np.load(tmp_path / "p.npz")["log_probs"], want, rtol=1e-5,
+                               atol=1e-6)  # fmt: skip
