@@ -409,5 +409,251 @@ def predict_run(
     return result | {"out": str(out)}
 
 
-def export_run(*args, **kwargs):
-    raise NotImplementedError
+# --------------------------------------------------------------------------------------------
+# export_run
+
+EXPORT_FORMAT = 1
+#: Lowered for both, so one export runs on a CPU or an NVIDIA GPU.
+EXPORT_PLATFORMS = ("cpu", "cuda")
+
+
+def _dims(shape) -> list:
+    return [d if isinstance(d, int) else str(d) for d in shape]
+
+
+def _describe(names, avals) -> list[dict]:
+    return [
+        {"name": n, "shape": _dims(a.shape), "dtype": str(a.dtype)}
+        for n, a in zip(names, avals, strict=True)
+    ]
+
+
+def _output_names(head: str) -> list[str]:
+    return {"gaussian": ["mean", "variance"], "regression": ["pred"]}.get(head, ["log_probs"])
+
+
+def _export(fn, *shapes):
+    from jax import export
+
+    try:
+        return export.export(jax.jit(fn), platforms=EXPORT_PLATFORMS)(*shapes)
+    except Exception:  # an operation without CUDA lowering rules: this machine's only
+        return export.export(jax.jit(fn))(*shapes)
+
+
+def _sequential_model(run: _Run):
+    """The run's model with the sequential scan: it lowers with a symbolic length."""
+    from ..nn import build_model
+
+    inputs = _model_inputs(run.dataset, run.head)
+    model, _ = build_model(
+        run.config.model, key=jax.random.PRNGKey(0), scan_method="sequential", **inputs
+    )
+    # The scan method is static metadata: the trained leaves go into the new structure.
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    leaves = jax.tree_util.tree_leaves(run.params)
+    return eqx.combine(
+        jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves), static
+    )
+
+
+def _forward_inputs(model, expect: _Expect, b, length):
+    """Names and shapes of the exported forward's inputs."""
+    x = (b, length) if expect.tokens else (b, length, expect.d_input)
+    names = ["x"]
+    shapes = [jax.ShapeDtypeStruct(x, jnp.int32 if expect.tokens else jnp.float32)]
+    if expect.pooling == "masked_mean":
+        names.append("lengths")
+        shapes.append(jax.ShapeDtypeStruct((b,), jnp.int32))
+    if model.timestep_mode in ("irregular", "append"):
+        names.append("dt")
+        shapes.append(jax.ShapeDtypeStruct((b, length), jnp.float32))
+    return names, shapes
+
+
+def _export_forward(run: _Run, expect: _Expect, length: int | None):
+    from jax import export
+
+    model = _sequential_model(run)
+    state = run.model_state
+
+    def build(b, L):
+        names, shapes = _forward_inputs(model, expect, b, L)
+
+        def forward(*args):
+            given = dict(zip(names, args, strict=True))
+
+            def one(x, n, dt):
+                return model(x, state, inference=True, lengths=n, dt=dt)[0]
+
+            axes = [0 if k in given else None for k in ("x", "lengths", "dt")]
+            return jax.vmap(one, axis_name="batch", in_axes=axes)(
+                given["x"], given.get("lengths"), given.get("dt")
+            )
+
+        return names, _export(forward, *shapes)
+
+    if length is None:
+        b, L = export.symbolic_shape("b, l")
+        try:
+            return (*build(b, L), None)
+        except Exception as e:  # any failure to lower: fall back to a fixed L
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            length, note = _train_length(run), f"a symbolic length failed to lower ({first})"
+    else:
+        note = "--length given"
+    (b,) = export.symbolic_shape("b")
+    return (*build(b, length), f"fixed length {length}: {note}")
+
+
+def _train_length(run: _Run) -> int:
+    x = run.dataset.splits["train"].x
+    return int(x.shape[-1] if np.issubdtype(x.dtype, np.integer) else x.shape[1])
+
+
+def _export_step(run: _Run, expect: _Expect):
+    """The online step over a batch of streams, on the stream state's leaves."""
+    from jax import export
+
+    model = eqx.combine(run.params, run.static)
+    stream = model.init_state(run.model_state)
+    leaves, treedef = jax.tree_util.tree_flatten(stream)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(stream)[0]]
+
+    def one(state, x_t, dt_t, reset):
+        new, out = model.step(
+            jax.tree_util.tree_unflatten(treedef, list(state)), x_t, dt_t=dt_t, reset=reset
+        )
+        return tuple(jax.tree_util.tree_leaves(new)), out
+
+    def step(state, x_t, dt_t, reset):
+        return jax.vmap(one, axis_name="batch")(state, x_t, dt_t, reset)
+
+    (b,) = export.symbolic_shape("b")
+    state = tuple(jax.ShapeDtypeStruct((b, *a.shape), a.dtype) for a in leaves)
+    x_t = (b,) if expect.tokens else (b, expect.d_input)
+    exported = _export(
+        step,
+        state,
+        jax.ShapeDtypeStruct(x_t, jnp.int32 if expect.tokens else jnp.float32),
+        jax.ShapeDtypeStruct((b,), jnp.float32),
+        jax.ShapeDtypeStruct((b,), jnp.bool_),
+    )
+    state_spec = [
+        {"name": f"leaf_{i:03d}", "path": path, "shape": list(a.shape), "dtype": str(a.dtype)}
+        for i, (path, a) in enumerate(zip(paths, leaves, strict=True))
+    ]
+    init = {f"leaf_{i:03d}": np.asarray(a) for i, a in enumerate(leaves)}
+    return exported, state_spec, init
+
+
+def export_run(
+    run_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    which: str = "best",
+    length: int | None = None,
+    overwrite: bool = False,
+    dataset: PreparedDataset | None = None,
+) -> Path:
+    """Serialise a run's model with `jax.export`, parameters baked in, into the folder `out`.
+
+    Writes `forward.jax` (the offline forward in inference mode over a symbolic batch `b`,
+    and a symbolic length `l` unless `length` is given), `step.jax` (causal models: one
+    online step of `b` streams on the stream state's leaves), `init_state.npz` (those leaves
+    before the first step, unbatched) and `spec.json` (inputs, outputs, the state's leaves,
+    the run's config and how to call each function). The folder is built under a temporary
+    name and renamed when complete; an existing non-empty `out` needs `overwrite=True`.
+    Load with `jax.export.deserialize` alone (`examples/load_exported.py`).
+
+    **Returns:** the folder.
+    """
+    import json
+
+    from ..data._common import atomic_dir
+
+    out = Path(out)
+    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"--out {out} exists and is not empty; pass --overwrite or a new folder")
+    if length is not None and length < 1:
+        raise ValueError(f"--length must be at least 1, got {length}")
+    try:
+        import flatbuffers  # noqa: F401 - jax.export's serialisation needs it
+    except ImportError:
+        raise ValueError(
+            "s5jax export needs the flatbuffers package: pip install flatbuffers"
+        ) from None
+    run = load_run(run_dir, which, dataset=dataset)
+    expect = _Expect.of(run)
+    model = eqx.combine(run.params, run.static)
+    names, forward, fixed = _export_forward(run, expect, length)
+    try:
+        model.check_online()
+        step, state_spec, init = _export_step(run, expect)
+        no_step = None
+    except ValueError as e:
+        step, state_spec, init, no_step = None, [], {}, str(e)
+    spec = _spec(run, expect, names, forward, fixed, step, state_spec, no_step, which)
+    with atomic_dir(out) as tmp:
+        (tmp / "forward.jax").write_bytes(forward.serialize())
+        if step is not None:
+            (tmp / "step.jax").write_bytes(step.serialize())
+            np.savez(tmp / "init_state.npz", **init)
+        (tmp / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
+    return out
+
+
+def _spec(run, expect, names, forward, fixed, step, state_spec, no_step, which) -> dict:
+    import json
+
+    outputs = _output_names(run.head)
+    spec: dict[str, Any] = {
+        "format": EXPORT_FORMAT,
+        "jax_version": jax.__version__,
+        "platforms": list(forward.platforms),
+        "run_dir": str(Path(run.workdir).resolve()),
+        "checkpoint": which,
+        "config": json.loads((Path(run.workdir) / "config.json").read_text()),
+        "head": run.head,
+        "pooling": expect.pooling,
+        "timestep_mode": run.config.model.timestep_mode,
+        "metric": run.metric,
+        "vocab_size": expect.vocab_size,
+        "d_input": None if expect.tokens else expect.d_input,
+        "n_classes": expect.n_classes or None,
+        "forward": {
+            "file": "forward.jax",
+            "inputs": _describe(names, forward.in_avals),
+            "outputs": _describe(outputs, forward.out_avals),
+            "length": "symbolic" if fixed is None else fixed,
+            "scan_method": "sequential",
+            "call": f"jax.export.deserialize(bytearray(open('forward.jax', 'rb').read()))"
+            f".call({', '.join(names)}) -> {outputs[0] if len(outputs) == 1 else tuple(outputs)}"
+            "; inference mode (no dropout, BatchNorm running statistics); x of b examples "
+            "of l steps; dt: per-step Δ multipliers [1, t1 - t0, ...]; lengths: valid steps",
+        },
+    }
+    if step is None:
+        spec["step"] = None
+        spec["no_step"] = no_step
+        return spec
+    n = len(state_spec)
+    spec["state"] = state_spec
+    spec["step"] = {
+        "file": "step.jax",
+        "inputs": [
+            {"name": "state", "leaves": n, "shape": "(b, *leaf shape) each, see 'state'"},
+            *_describe(["x_t", "dt_t", "reset"], step.in_avals[n:]),
+        ],
+        "outputs": [
+            {"name": "state", "leaves": n},
+            *_describe(outputs, step.out_avals[n:]),
+        ],
+        "call": "state, out = step.call(state, x_t, dt_t, reset): state is a tuple of the "
+        "leaves of init_state.npz (leaf_000, leaf_001, ...) each broadcast to (b, ...); "
+        "x_t one step of b streams; dt_t the step's Δ multiplier (1 at a stream's first "
+        "step; used in timestep_mode 'irregular'/'append'); reset True starts a new episode "
+        "first. Pooled heads return the output on the inputs since the last reset, "
+        "per-step heads this step's output",
+    }
+    return spec
