@@ -234,9 +234,38 @@ def ssm_step(
         raise ValueError(f"u_k must have shape (H,), got {u_k.shape}")
     _check_lambda_b(Lambda_bar, B_bar, u_k[None])
     _check_c_d(C_tilde, D, Lambda_bar.shape[0], u_k.shape[0], bidirectional=False)
-    x_new = Lambda_bar * x + _complex_matvecs(u_k[None], B_bar)[0]
-    y = _project(x_new[None], C_tilde)[0]
+    return _step_from_input(
+        Lambda_bar, _complex_matvecs(u_k[None], B_bar)[0], C_tilde, D, x, u_k, conj_sym=conj_sym
+    )
+
+
+def _step_from_input(Lambda_bar, Bu, C_tilde, D, x, u_k, *, conj_sym, matmul_dtype=None):
+    """One recurrent step from the input term B̄u_k (P,): x' = Λ̄x + B̄u_k and
+    y_k = f·Re(C̃x') + D⊙u_k, with the products and casts of `_ssm_from_elements` (so a step
+    equals the scan's step k under both precision policies)."""
+    x_new = Lambda_bar * x + Bu
+    y = _project(x_new[None], C_tilde, matmul_dtype)[0]
+    if matmul_dtype is not None:  # the feed-through in the state's real dtype
+        u_k = u_k.astype(y.dtype)
     return x_new, _scale(y, conj_sym) + jnp.asarray(D) * u_k
+
+
+def _continuous_step(
+    Lambda, B_tilde, C_tilde, D, Delta, x, u_k, *, discretization, conj_sym, dt=None,
+    matmul_dtype=None,
+):  # fmt: skip
+    """One step of the continuous-time system, discretised as `_apply_continuous` does: with
+    Δ (B̄ = γB̃, B̄u_k) without `dt`, and with Δ·dt (γ ⊙ B̃u_k) for a per-step multiplier `dt`."""
+    if dt is None:
+        Lambda_bar, B_bar = discretize(discretization, Lambda, B_tilde, Delta)
+        Bu = _complex_matvecs(u_k[None], B_bar, matmul_dtype)[0]
+    else:
+        Delta = jnp.asarray(Delta) * jnp.asarray(dt, jnp.asarray(Delta).dtype)
+        Lambda_bar, gamma = get_coefficients(discretization)(Lambda, Delta)
+        Bu = gamma * _complex_matvecs(u_k[None], B_tilde, matmul_dtype)[0]
+    return _step_from_input(
+        Lambda_bar, Bu, C_tilde, D, x, u_k, conj_sym=conj_sym, matmul_dtype=matmul_dtype
+    )
 
 
 def _ssm_from_elements(

@@ -22,7 +22,7 @@ from ._heads import (
     pool,
 )
 from ._layers import ACTIVATIONS, SequenceLayer, TiedDropout
-from ._model import S5Model, build_model, count_parameters, parameter_breakdown
+from ._model import S5Model, StreamState, build_model, count_parameters, parameter_breakdown
 from ._norm import BatchNorm, LayerNorm
 from ._ssm import S5SSM
 from ._tags import DEFAULT_GROUPS, ROLES, param_field, parameter_roles
@@ -46,6 +46,7 @@ __all__ = [
     "RetrievalHead",
     "S5Model",
     "SequenceLayer",
+    "StreamState",
     "TiedDropout",
     "accuracy",
     "build_model",

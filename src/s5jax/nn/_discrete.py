@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array, Bool, Complex, Float, PRNGKeyArray
 
 from .. import core
@@ -78,12 +79,7 @@ class DiscreteSSM(eqx.Module):
 
         **Returns:** y (L, H).
         """
-        concrete = isinstance(step_rescale, int | float)
-        if dt is not None or (concrete and step_rescale != 1):
-            raise ValueError(
-                "the discrete parameterisation has no timescale Δ: step_rescale must be 1 and "
-                "dt None (use parameterization='continuous' for rescaled or irregular steps)"
-            )
+        _check_no_timescale(step_rescale, dt)
         if u.ndim != 2 or u.shape[1] != self.H:
             raise ValueError(f"u must have shape (L, {self.H}), got {u.shape}")
         Lambda_bar, B_bar = self.discretized()
@@ -92,3 +88,38 @@ class DiscreteSSM(eqx.Module):
             u.astype(self.D.dtype), conj_sym=self.conj_sym, bidirectional=self.bidirectional,
             resets=resets, method=self.scan_method,
         )  # fmt: skip
+
+    def init_state(self) -> Complex[Array, " P"]:
+        """The zero state before the first input."""
+        dtype = jnp.complex128 if self.D.dtype == jnp.float64 else jnp.complex64
+        return core.init_state(self.P, dtype)
+
+    def step(
+        self,
+        state: Complex[Array, " P"],
+        u_k: Float[Array, " H"],
+        *,
+        step_rescale: float | Float[Array, ""] = 1.0,
+        dt: float | Float[Array, ""] | None = None,
+    ) -> tuple[Complex[Array, " P"], Float[Array, " H"]]:
+        """One recurrent step, equal to the scan's step k; `step_rescale` and `dt` as in
+        `__call__` (1 and `None`: a discrete-time system has no Δ)."""
+        _check_no_timescale(step_rescale, dt)
+        if self.bidirectional:
+            raise ValueError(
+                "step() needs a unidirectional SSM: bidirectional=True sees the future"
+            )
+        Lambda_bar, B_bar = self.discretized()
+        return core.ssm_step(
+            Lambda_bar, B_bar, jax.lax.complex(self.C_re, self.C_im), self.D, state,
+            jnp.asarray(u_k).astype(self.D.dtype), conj_sym=self.conj_sym,
+        )  # fmt: skip
+
+
+def _check_no_timescale(step_rescale, dt) -> None:
+    concrete = isinstance(step_rescale, int | float)
+    if dt is not None or (concrete and step_rescale != 1):
+        raise ValueError(
+            "the discrete parameterisation has no timescale Δ: step_rescale must be 1 and "
+            "dt None (use parameterization='continuous' for rescaled or irregular steps)"
+        )

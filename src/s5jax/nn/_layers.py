@@ -176,3 +176,33 @@ class SequenceLayer(eqx.Module):
         if not self.prenorm:
             x, state = self.norm(x, state, inference=inference)
         return x, state
+
+    def step(
+        self,
+        x_t: Float[Array, " H"],
+        ssm_state,
+        state: eqx.nn.State,
+        *,
+        step_rescale: float | Float[Array, ""] = 1.0,
+        dt: float | Float[Array, ""] | None = None,
+    ):
+        """One step of the layer in inference mode (dropout off, BatchNorm on its running
+        statistics), equal to step k of `__call__(..., inference=True)`.
+
+        **Arguments:** `x_t` (H,); `ssm_state`: the SSM's state after step k − 1;
+        `state`: the model state (BatchNorm running statistics, read only); `step_rescale`
+        and `dt` (this step's Δ multiplier) are passed to `ssm.step`.
+
+        **Returns:** `(ssm_state′, y_t)` with y_t (H,).
+        """
+        x = x_t[None, :]
+        if self.precision != "fp32":
+            x = x.astype(compute_dtype(self.precision))
+        skip = x
+        if self.prenorm:
+            x, _ = self.norm(x, state, inference=True)
+        ssm_state, y = self.ssm.step(ssm_state, x[0], step_rescale=step_rescale, dt=dt)
+        x = skip + self.activate(y[None, :], inference=True)
+        if not self.prenorm:
+            x, _ = self.norm(x, state, inference=True)
+        return ssm_state, x[0]

@@ -13,7 +13,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from ._dense import check_precision
 from ._discrete import DiscreteSSM
@@ -23,7 +23,7 @@ from ._layers import SequenceLayer
 from ._ssm import S5SSM
 from ._tags import DEFAULT_GROUPS, parameter_roles
 
-__all__ = ["S5Model", "build_model", "count_parameters", "parameter_breakdown"]
+__all__ = ["S5Model", "StreamState", "build_model", "count_parameters", "parameter_breakdown"]
 
 Encoder = DenseEncoder | EmbeddingEncoder | PendulumCNN
 Head = ClassificationHead | RegressionHead | GaussianHead | RetrievalHead
@@ -111,6 +111,26 @@ class _CheckpointedSSM(eqx.Module):
 
     def __call__(self, x, **kwargs):
         return eqx.filter_checkpoint(lambda ssm, x, kwargs: ssm(x, **kwargs))(self.ssm, x, kwargs)
+
+
+class StreamState(eqx.Module):
+    """The state of a model run online (`S5Model.init_state`, `S5Model.step`): a pytree.
+
+    **Fields:**
+    - `ssm`: one SSM state per layer, complex (P,) each.
+    - `model_state`: the model's `eqx.nn.State` (BatchNorm running statistics), read only:
+      online steps are in inference mode.
+    - `pool_sum`: the features (H,) summed since the last reset (mean pooling).
+    - `count`: steps since the last reset (a real scalar).
+
+    Batch streams by giving every leaf a leading axis (`S5Model.init_state(state, batch=B)`)
+    and calling `jax.vmap(model.step)`.
+    """
+
+    ssm: tuple[Array, ...]
+    model_state: eqx.nn.State
+    pool_sum: Array
+    count: Array
 
 
 class S5Model(eqx.Module):
@@ -253,6 +273,164 @@ class S5Model(eqx.Module):
         o0 = pool(h[0], "masked_mean", lengths[0])
         o1 = pool(h[1], "masked_mean", lengths[1])
         return self.head(o0, o1), state
+
+
+    # --- online use -----------------------------------------------------------------------
+
+    def check_online(self) -> None:
+        """Raise a `ValueError` that says why when the model cannot run step by step."""
+        if isinstance(self.head, RetrievalHead):
+            raise ValueError(
+                "the retrieval model cannot run online: it compares two whole documents"
+            )
+        if any(layer.ssm.bidirectional for layer in self.layers):
+            raise ValueError(
+                "a bidirectional model cannot run online: its backward scan needs the future "
+                "inputs (train with model.bidirectional = false for online use)"
+            )
+
+    def init_state(self, state: eqx.nn.State | None = None, *, batch: int | None = None):
+        """The `StreamState` before the first input of an online run.
+
+        **Arguments:**
+        - `state`: the model state from `build_model` or a checkpoint (BatchNorm running
+          statistics); `None` builds the initial one (untrained statistics).
+        - `batch`: give every leaf a leading axis of this size, for
+          `jax.vmap(model.step)` over `batch` independent streams.
+        """
+        self.check_online()
+        if state is None:
+            state = eqx.nn.State(self)
+        dtype = self._param_dtype()
+        H = self.layers[0].ssm.H
+        stream = StreamState(
+            ssm=tuple(layer.ssm.init_state() for layer in self.layers),
+            model_state=state,
+            pool_sum=jnp.zeros((H,), dtype),
+            count=jnp.zeros((), dtype),
+        )
+        if batch is None:
+            return stream
+        return jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (batch, *a.shape)), stream)
+
+    def step(
+        self,
+        stream: StreamState,
+        x_t: Float[Array, " d_input"] | Int[Array, ""],
+        *,
+        dt_t: float | Float[Array, ""] | None = None,
+        reset: bool | Bool[Array, ""] = False,
+        step_rescale: float | Float[Array, ""] = 1.0,
+    ):
+        """One online step: O(PH) work per layer, the paper's recurrence (§3.3, App. C.2).
+
+        **Arguments:**
+        - `stream`: the `StreamState` after the previous step (`init_state` at the start).
+        - `x_t`: this step's input: features (d_input,) or a token id ().
+        - `dt_t`: this step's Δ multiplier t_k − t_{k−1} (1 at an episode's first step), used
+          as the model's `timestep_mode` says (`"irregular"`: the SSMs; `"append"`: the
+          encoder; `"drop"`: ignored). `None` means 1.
+        - `reset`: a new episode starts at this step (may be traced): the SSM states and the
+          pooling sums return to their initial values first.
+        - `step_rescale`: multiplies every Δ, as in `__call__`.
+
+        **Returns:** `(stream′, output)`. Per-step heads (pooling `"none"`) give this step's
+        output: log-probabilities (C,), a prediction (D,), or `(mean, variance)` (D,) each.
+        Pooled heads give the offline model's output on the inputs since the last reset.
+        Equal to the offline model in inference mode (`tests/test_stream.py`).
+        """
+        self.check_online()
+        stream = self._maybe_reset(stream, reset)
+        h = self._encode_step(x_t, dt_t)
+        ssm_dt = dt_t if self.timestep_mode == "irregular" else None
+        states = []
+        for layer, s in zip(self.layers, stream.ssm, strict=True):
+            s, h = layer.step(h, s, stream.model_state, step_rescale=step_rescale, dt=ssm_dt)
+            states.append(s)
+        h = self._to_float32(h)
+        pool_sum, count = stream.pool_sum, stream.count
+        if self.pooling in ("mean", "masked_mean"):
+            pool_sum, count = pool_sum + h, count + 1
+            out = self.head(pool_sum / count)
+        elif self.pooling == "none" and isinstance(self.head, GaussianHead):
+            mean, var = self.head(h[None, :])
+            out = (mean[0], var[0])
+        else:  # "last", or per-step classification/regression ("none")
+            out = self.head(h)
+        new = StreamState(tuple(states), stream.model_state, pool_sum, count)
+        return new, out
+
+    def _maybe_reset(self, stream: StreamState, reset) -> StreamState:
+        if isinstance(reset, bool) and not reset:
+            return stream
+        reset = jnp.asarray(reset)
+        if reset.shape != () or reset.dtype != jnp.bool_:
+            raise ValueError(f"reset must be a boolean scalar, got {reset.dtype}{reset.shape}")
+
+        def restart(a):
+            return jnp.where(reset, jnp.zeros_like(a), a)
+
+        return StreamState(
+            tuple(restart(s) for s in stream.ssm),
+            stream.model_state,
+            restart(stream.pool_sum),
+            restart(stream.count),
+        )
+
+    def _encode_step(self, x_t, dt_t):
+        x_t = jnp.asarray(x_t)
+        if isinstance(self.encoder, EmbeddingEncoder):
+            if x_t.shape != () or not jnp.issubdtype(x_t.dtype, jnp.integer):
+                raise ValueError(
+                    f"x_t must be one integer token id (shape ()), got {x_t.dtype}{x_t.shape}"
+                )
+            return self.encoder(x_t[None])[0]
+        width = 576 if isinstance(self.encoder, PendulumCNN) else self.encoder.dense.in_features
+        if x_t.shape != (width,):
+            raise ValueError(f"x_t must have shape (d_input,) = ({width},), got {x_t.shape}")
+        if isinstance(self.encoder, PendulumCNN):
+            append = self.timestep_mode == "append"
+            dt = None
+            if append and dt_t is not None:
+                dt = jnp.reshape(jnp.asarray(dt_t, x_t.dtype), (1,))
+            elif append:
+                dt = jnp.ones((1,), x_t.dtype)
+            return self.encoder(x_t[None], dt)[0]
+        return self.encoder(x_t[None])[0]
+
+    def run_online(
+        self,
+        stream: StreamState,
+        xs: Float[Array, "L d_input"] | Int[Array, " L"],
+        *,
+        dt: Float[Array, " L"] | None = None,
+        resets: Bool[Array, " L"] | None = None,
+        step_rescale: float | Float[Array, ""] = 1.0,
+    ):
+        """`step` over a whole sequence with `jax.lax.scan`.
+
+        **Arguments:** `stream`; `xs` (L, d_input) or (L,) tokens; `dt` (L,) per-step Δ
+        multipliers (`s5jax.core.step_multipliers`); `resets` (L,) booleans; `step_rescale`.
+
+        **Returns:** `(stream′, outputs)`, the outputs of every step stacked on a leading L
+        axis (a tuple of two (L, D) arrays for the Gaussian head).
+        """
+        self.check_online()
+        L = xs.shape[0]
+        if dt is not None and jnp.shape(dt) != (L,):
+            raise ValueError(f"dt must have shape (L,) = ({L},), got {jnp.shape(dt)}")
+        if resets is not None and jnp.shape(resets) != (L,):
+            raise ValueError(f"resets must have shape (L,) = ({L},), got {jnp.shape(resets)}")
+
+        def body(carry, inputs):
+            x_t, dt_t, reset = inputs
+            return self.step(carry, x_t, dt_t=dt_t, reset=reset, step_rescale=step_rescale)
+
+        if resets is None:
+            resets = jnp.zeros((L,), jnp.bool_)
+        if dt is None and self.timestep_mode == "append":
+            dt = jnp.ones((L,), self._param_dtype())
+        return jax.lax.scan(body, stream, (xs, dt, jnp.asarray(resets)))
 
 
 def build_model(

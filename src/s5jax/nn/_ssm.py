@@ -15,7 +15,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Complex, Float, PRNGKeyArray
 
 from .. import core
-from ..core._ssm import _apply_continuous, resolve_ssm_method
+from ..core._ssm import _apply_continuous, _continuous_step, resolve_ssm_method
 from ._dense import check_precision
 from ._tags import param_field
 
@@ -207,16 +207,33 @@ class S5SSM(eqx.Module):
         u_k: Float[Array, " H"],
         *,
         step_rescale: float | Float[Array, ""] = 1.0,
+        dt: float | Float[Array, ""] | None = None,
     ) -> tuple[Complex[Array, " P"], Float[Array, " H"]]:
-        """One recurrent step: (state, u_k) → (state′, y_k), equal to the scan's step k."""
+        """One recurrent step: (state, u_k) → (state′, y_k), equal to the scan's step k.
+
+        **Arguments:**
+        - `state`: the state after step k − 1 (`init_state()` before the first input).
+        - `u_k`: the input (H,).
+        - `step_rescale`: multiplies every Δ, as in `__call__`.
+        - `dt`: this step's multiplier of Δ for irregular sampling (t_k − t_{k−1}; 1 at the
+          first step), i.e. `dt[k]` of `__call__`; `None` uses Δ itself.
+
+        Costs O(PH): the products B̄u_k and C̃x_k. Under `"bf16"` the products take bfloat16
+        operands as the sequence path does.
+        """
         if self.bidirectional:
             raise ValueError(
                 "step() needs a unidirectional SSM: bidirectional=True sees the future"
             )
-        Lambda_bar, B_bar = self.discretized(step_rescale)
-        return core.ssm_step(
-            Lambda_bar, B_bar, self.C_tilde(), self.D, state, u_k.astype(self.D.dtype),
-            conj_sym=self.conj_sym,
+        u_k = jnp.asarray(u_k)
+        if u_k.shape != (self.H,):
+            raise ValueError(f"u_k must have shape (H,) = ({self.H},), got {u_k.shape}")
+        bf16 = self.precision == "bf16"
+        return _continuous_step(
+            self.Lambda(), self.B_tilde(), self.C_tilde(), self.D, self.Delta(step_rescale),
+            state, u_k.astype(jnp.bfloat16 if bf16 else self.D.dtype),
+            discretization=self.discretization, conj_sym=self.conj_sym, dt=dt,
+            matmul_dtype=jnp.bfloat16 if bf16 else None,
         )  # fmt: skip
 
 
