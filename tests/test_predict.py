@@ -157,3 +157,54 @@ def test_tokens_outside_the_vocabulary_and_floats_for_tokens(tmp_path):
     want = alone(run_dir, arrays["x_test"][:3].astype(np.int32))
     np.testing.assert_allclose(np.load(tmp_path / "p.npz")["log_probs"], want, rtol=1e-5,
                                atol=1e-6)  # fmt: skip
+
+
+# Streamed (one recurrent step at a time) against offline (the scan over the whole sequence):
+# the same float32 recurrence summed in another order, a few ulps per step over 10 steps and
+# two layers on outputs of order 1, so 1e-5 relative and absolute.
+STREAM_TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+@pytest.mark.parametrize("per_step", [False, True])
+def test_streamed_predictions_equal_offline(tmp_path, capsys, per_step):
+    rng = np.random.default_rng(4)
+    arrays = features(rng, lengths=not per_step, times=True)
+    overrides = ["model.timestep_mode=irregular"]
+    if per_step:
+        for s in ("train", "val", "test"):
+            arrays[f"y_{s}"] = rng.standard_normal(arrays[f"x_{s}"].shape[:2]).astype(np.float32)
+    else:
+        overrides.append("model.pooling=masked_mean")
+    run_dir, path = make_run(tmp_path, arrays, *overrides)
+    lines = {}
+    for mode in ("offline", "stream"):
+        out = tmp_path / f"{mode}.npz"
+        argv = ["predict", str(run_dir), "--data", str(path), "--out", str(out), "--no-progress"]
+        assert main(argv + (["--stream"] if mode == "stream" else [])) == 0
+        lines[mode] = json.loads(capsys.readouterr().out)
+    offline, streamed = np.load(tmp_path / "offline.npz"), np.load(tmp_path / "stream.npz")
+    key = "pred" if per_step else "log_probs"
+    assert streamed[key].shape == offline[key].shape == ((20, 10, 1) if per_step else (20, 3))
+    np.testing.assert_allclose(streamed[key], offline[key], **STREAM_TOL)
+    metric = "mse" if per_step else "accuracy"
+    assert lines["stream"][metric] == pytest.approx(lines["offline"][metric], abs=1e-5)
+
+
+def test_stream_of_a_bidirectional_model_is_a_one_line_error(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    run_dir, _ = make_run(tmp_path, features(rng, n=8), "model.bidirectional=true")
+    out = tmp_path / "p.npz"
+    assert main(["predict", str(run_dir), "--out", str(out), "--stream"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("s5jax predict: error: ") and "bidirectional" in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_help_of_predict_and_export(capsys):
+    for command in ("predict", "export"):
+        with pytest.raises(SystemExit) as exc:
+            main([command, "--help"])
+        assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "s5jax predict runs/mine --data new.npz --out pred.npz" in out
+    assert "s5jax export runs/mine --out exported/mine" in out

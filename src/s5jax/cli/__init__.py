@@ -155,9 +155,10 @@ def _predict_parser(sub) -> None:
         "predict",
         help="predict with a run's checkpoint on new data",
         description="Predict with a run's checkpoint and write the predictions to an .npz "
-        "(log_probs and pred for classification, pred for regression, mean and variance for "
-        "the Gaussian head). When the data hold targets, print the loss and metric as one JSON "
-        "line. Example: s5jax predict runs/mine --data new.npz --out pred.npz",
+        "(log_probs and pred for classification,\npred for regression, mean and variance for "
+        "the Gaussian head). When the data hold targets, print the loss and\nmetric as one "
+        "JSON line (as `s5jax eval` computes them).\n\n"
+        "example: s5jax predict runs/mine --data new.npz --out pred.npz",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     pred.add_argument("run_dir", type=Path, help="the run directory written by `s5jax train`")
@@ -199,9 +200,10 @@ def _export_parser(sub) -> None:
         "export",
         help="serialise a run's model with jax.export",
         description="Write a run's model as jax.export serialisations (forward.jax, and "
-        "step.jax for causal models), its initial stream state (init_state.npz) and "
-        "spec.json, loadable with jax alone (see examples/load_exported.py). "
-        "Example: s5jax export runs/mine --out exported/mine",
+        "step.jax for causal models),\nits initial stream state (init_state.npz) and "
+        "spec.json, loadable with jax alone\n(see examples/load_exported.py).\n\n"
+        "example: s5jax export runs/mine --out exported/mine",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     exp.add_argument("run_dir", type=Path, help="the run directory written by `s5jax train`")
     exp.add_argument("--out", type=Path, required=True, metavar="DIR", help="the folder to write")
