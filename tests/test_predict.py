@@ -112,6 +112,13 @@ def test_x_only_file_without_targets_and_irregular_times(tmp_path, capsys):
     assert not np.allclose(np.load(out)["pred"], want, atol=1e-4)
 
 
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """One small classification run (3 features, 3 classes, L = 10) shared by a module."""
+    tmp = tmp_path_factory.mktemp("small")
+    return make_run(tmp, features(np.random.default_rng(2), n=8))[0]
+
+
 @pytest.mark.parametrize(
     "bad, message",
     [
@@ -124,9 +131,8 @@ def test_x_only_file_without_targets_and_irregular_times(tmp_path, capsys):
         ({"x_val": np.zeros((4, 10, 3), np.float32)}, "--split"),
     ],
 )
-def test_bad_inputs_are_one_line_errors_and_write_nothing(tmp_path, capsys, bad, message):
-    rng = np.random.default_rng(2)
-    run_dir, _ = make_run(tmp_path, features(rng, n=8))
+def test_bad_inputs_are_one_line_errors_and_write_nothing(tmp_path, capsys, bad, message, small):
+    run_dir = small
     path = tmp_path / "bad.npz"
     np.savez(path, **bad)
     out = tmp_path / "pred.npz"
