@@ -1,11 +1,14 @@
 """The `s5jax` command: parses arguments and calls `s5jax.train` and `s5jax.data`.
 
+s5jax [-q|-v] COMMAND ...                      less / more messages on stderr
+s5jax --version
 s5jax train EXPERIMENT|CONFIG.toml [--set a.b=c ...] [--workdir DIR] [--resume]
 s5jax train --data FILE.npz [--set ...]        your own data, default model
 s5jax eval RUN_DIR [--split test] [--step-rescale R] [--checkpoint best|latest]
 s5jax predict RUN_DIR --out PRED.npz [--data FILE.npz|DATASET] [--split NAME] [--stream]
 s5jax export RUN_DIR --out DIR [--checkpoint best|latest] [--length L] [--overwrite]
 s5jax list
+s5jax config EXPERIMENT|CONFIG.toml [--set a.b=c ...]   the resolved config as TOML
 s5jax data prepare NAME [--source PATH] [--generate [--count N] [--seed S]]
 s5jax data prepare listops [--l-max L] [--generate [--min-length N] [--max-length N]
                            [--n-train N] [--n-val N] [--n-test N] [--seed S]]
@@ -15,23 +18,52 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 
+from .. import __version__
 from .._malloc import configure_cpu_malloc
 
 __all__ = ["main"]
 
+log = logging.getLogger("s5jax")
+
+_RAW = argparse.RawDescriptionHelpFormatter
+
+
+def _examples(*lines: str) -> str:
+    """An argparse epilog: one example command per line."""
+    return "example" + ("s" if len(lines) > 1 else "") + ":\n" + "\n".join(f"  {x}" for x in lines)
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="s5jax", description="S5 state space models in JAX.")
+    parser = argparse.ArgumentParser(
+        prog="s5jax",
+        description="S5 state space models in JAX.",
+        epilog=_examples("s5jax list", "s5jax -q train pendulum --set train.epochs=5"),
+        formatter_class=_RAW,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the version"
+    )
+    level = parser.add_mutually_exclusive_group()
+    level.add_argument(
+        "-q", "--quiet", action="store_true", help="only warnings and errors on stderr"
+    )
+    level.add_argument("-v", "--verbose", action="store_true", help="debug messages on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser(
         "train",
         help="train an experiment of the paper or a config file",
         description="Train an experiment; writes a run directory.",
+        epilog=_examples(
+            "s5jax train pendulum --set train.epochs=5 --workdir runs/p5",
+            "s5jax train --data mine.npz",
+        ),
+        formatter_class=_RAW,
     )
     train.add_argument(
         "experiment",
@@ -74,17 +106,33 @@ def _parser() -> argparse.ArgumentParser:
     ev = sub.add_parser(
         "eval",
         help="evaluate a run's checkpoint",
-        description="Evaluate the best (or latest) checkpoint of a run.",
+        description="Evaluate the best (or latest) checkpoint of a run; prints the loss and "
+        "metric as JSON.",
+        epilog=_examples(
+            "s5jax eval runs/pendulum --split test",
+            "s5jax eval runs/speech --split test_8khz --step-rescale 2",
+        ),
+        formatter_class=_RAW,
     )
-    ev.add_argument("run_dir", type=Path)
-    ev.add_argument("--split", default="test")
+    ev.add_argument("run_dir", type=Path, help="the run directory written by `s5jax train`")
+    ev.add_argument(
+        "--split",
+        default="test",
+        help="the split to evaluate: train, val, test, or a dataset's extra split such as "
+        "test_8khz (default test)",
+    )
     ev.add_argument(
         "--step-rescale",
         type=float,
         default=1.0,
         help="multiply every Δ (2 for 8 kHz audio on a 16 kHz model)",
     )
-    ev.add_argument("--checkpoint", choices=("best", "latest"), default="best")
+    ev.add_argument(
+        "--checkpoint",
+        choices=("best", "latest"),
+        default="best",
+        help="the best-validation (default) or the latest checkpoint",
+    )
 
     _predict_parser(sub)
     _export_parser(sub)
@@ -93,14 +141,28 @@ def _parser() -> argparse.ArgumentParser:
         "list",
         help="list experiments and whether their data is present",
         description="List the packaged experiments and the state of their data.",
+        epilog=_examples("S5JAX_DATA=/data/s5 s5jax list"),
+        formatter_class=_RAW,
     )
+    _config_parser(sub)
 
-    data = sub.add_parser("data", help="prepare datasets", description="Prepare datasets.")
+    data = sub.add_parser(
+        "data",
+        help="prepare datasets",
+        description="Prepare datasets.",
+        epilog=_examples("s5jax data prepare pendulum"),
+        formatter_class=_RAW,
+    )
     data_sub = data.add_subparsers(dest="data_command", required=True)
     prep = data_sub.add_parser(
         "prepare",
         help="prepare a dataset once into the data root",
         description="Read your local copy (or generate) and cache it.",
+        epilog=_examples(
+            "s5jax data prepare listops --source ~/Downloads/lra_release",
+            "s5jax data prepare pathfinder --generate --count 2000",
+        ),
+        formatter_class=_RAW,
     )
     prep.add_argument("name", help="dataset name, e.g. pendulum, listops, text, image")
     prep.add_argument("--source", type=Path, help="folder holding your copy of the dataset")
@@ -148,6 +210,31 @@ def _parser() -> argparse.ArgumentParser:
             help=f"listops with --generate: {split} examples (default {default}, LRA's)",
         )
     return parser
+
+
+def _config_parser(sub) -> None:
+    conf = sub.add_parser(
+        "config",
+        help="print an experiment's resolved config as TOML",
+        description="Print the resolved config (the file, its base, then the --set overrides) "
+        "as TOML;\nthe output is a config file that `s5jax train` accepts.",
+        epilog=_examples(
+            "s5jax config listops --set model.d_model=64 > mine.toml",
+            "s5jax train mine.toml",
+        ),
+        formatter_class=_RAW,
+    )
+    conf.add_argument(
+        "experiment", help="experiment name (see `s5jax list`) or a .toml/.json config file"
+    )
+    conf.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. train.epochs=5",
+    )
 
 
 def _predict_parser(sub) -> None:
@@ -246,10 +333,8 @@ def _train(args) -> int:
         import jax
 
         if jax.default_backend() == "cpu" and jax.local_device_count() != args.cpu_devices:
-            print(
-                f"s5jax train: warning: --cpu-devices {args.cpu_devices} had no effect "
-                "(JAX had already started)",
-                file=sys.stderr,
+            log.warning(
+                "--cpu-devices %d had no effect (JAX had already started)", args.cpu_devices
             )
     if args.data:
         if args.experiment:
@@ -295,7 +380,7 @@ def _predict(args) -> int:
     if "loss" in result:
         print(json.dumps(result))
     else:
-        print(f"wrote {result['n']} predictions to {result['out']}", file=sys.stderr)
+        log.info("wrote %d predictions to %s", result["n"], result["out"])
     return 0
 
 
@@ -309,7 +394,14 @@ def _export(args) -> int:
         length=args.length,
         overwrite=args.overwrite,
     )
-    print(f"exported to {folder}", file=sys.stderr)
+    log.info("exported to %s", folder)
+    return 0
+
+
+def _config(args) -> int:
+    from ..config import load_experiment, to_toml
+
+    print(to_toml(load_experiment(args.experiment, args.overrides)), end="")
     return 0
 
 
@@ -372,10 +464,11 @@ def _generate_listops(args, seed: int):
     hi = 2000 if args.max_length is None else args.max_length
     l_max = LISTOPS_L_MAX if args.l_max is None else args.l_max
     if l_max < hi:
-        print(
-            f"note: trees have up to {hi - 1} tokens and <eos>, --l-max {l_max}: longer "
-            "examples are truncated (set --l-max to --max-length to keep every token)",
-            file=sys.stderr,
+        log.warning(
+            "trees have up to %d tokens and <eos>, --l-max %d: longer examples are truncated "
+            "(set --l-max to --max-length to keep every token)",
+            hi - 1,
+            l_max,
         )
     folder = d.generate_listops(
         args.source or d.data_root() / "generated",
@@ -433,20 +526,56 @@ def _prepare(args) -> int:
     return 0
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a message comes (callers and tests replace it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(_Formatter())
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+class _Formatter(logging.Formatter):
+    """`s5jax: message`, and `s5jax: warning: message` from warnings up."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno >= logging.WARNING:
+            text = f"{record.levelname.lower()}: {text}"
+        return f"s5jax: {text}"
+
+
+def _configure_logging(quiet: bool, verbose: bool) -> None:
+    """Print the `s5jax` logger's messages on stderr, at the level `-q`/`-v` ask for."""
+    if not any(isinstance(h, _StderrHandler) for h in log.handlers):
+        log.addHandler(_StderrHandler())
+    log.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the `s5jax` command; returns the exit status."""
     # Before JAX starts its CPU backend: XLA's per-step buffers stay in the heap (s5jax._malloc).
-    configure_cpu_malloc()
+    tuned = configure_cpu_malloc()
     from ..config import ConfigError
     from ..data import DatasetError
 
     args = _parser().parse_args(argv)
+    _configure_logging(args.quiet, args.verbose)
+    log.debug("s5jax %s; glibc allocator tuning %s", __version__, "on" if tuned else "off")
     handlers = {
         "train": _train,
         "eval": _eval,
         "predict": _predict,
         "export": _export,
         "list": _list,
+        "config": _config,
         "data": _prepare,
     }
     try:

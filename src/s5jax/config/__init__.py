@@ -10,6 +10,7 @@ figure (`paper`). Typical use::
     cfg = load_experiment("listops", overrides=["train.epochs=2", "model.d_model=64"])
     dump_json(cfg, run_dir / "config.json")      # loads back identical
     assert load_experiment(run_dir / "config.json") == cfg
+    print(to_toml(cfg))                          # what `s5jax config listops` prints
 
 Every invalid setting raises `ConfigError` (a `ValueError`) naming the key path and the valid
 values. This package imports only the standard library (and `tomli` on Python 3.10).
@@ -26,6 +27,7 @@ from ._schema import (
     PaperResult,
     TrainConfig,
 )
+from ._toml import dump_toml, to_toml
 from ._types import ConfigError
 
 __all__ = [
@@ -38,10 +40,12 @@ __all__ = [
     "TrainConfig",
     "apply_overrides",
     "dump_json",
+    "dump_toml",
     "experiment_path",
     "from_dict",
     "list_experiments",
     "load_experiment",
     "parse_override",
     "to_dict",
+    "to_toml",
 ]

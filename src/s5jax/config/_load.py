@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -29,6 +30,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 __all__ = ["experiment_path", "list_experiments", "load_experiment"]
+
+_log = logging.getLogger(__name__)
 
 _SUFFIXES = (".toml", ".json")
 _MERGED = ("model", "optim", "data", "train")
@@ -159,4 +162,5 @@ def load_experiment(
         cfg = from_dict(raw)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
+    _log.debug("loaded %s; overrides: %s", source, ", ".join(overrides) or "none")
     return apply_overrides(cfg, overrides)

@@ -1,0 +1,135 @@
+"""The command's conventions: `--version`, `s5jax config`, `-q`/`-v` and help on every argument.
+
+The two views that must agree: the TOML that `s5jax config` prints and the config it was
+resolved from (`load_experiment` of the printed text equals the original, for every packaged
+experiment); `s5jax --version` and the installed package metadata.
+"""
+
+import argparse
+import dataclasses
+import logging
+import typing
+from importlib import metadata
+
+import pytest
+
+import s5jax
+from s5jax.cli import _parser, main
+from s5jax.config import (
+    ExperimentConfig,
+    list_experiments,
+    load_experiment,
+    to_toml,
+)
+from s5jax.config._dict import SECTIONS
+
+
+@pytest.mark.parametrize("name", list_experiments())
+def test_toml_of_every_experiment_loads_back_equal(name, tmp_path):
+    cfg = load_experiment(name)
+    path = tmp_path / "resolved.toml"
+    path.write_text(to_toml(cfg), encoding="utf-8")
+    assert load_experiment(path) == cfg
+
+
+def test_toml_round_trips_overrides_and_awkward_strings(tmp_path):
+    cfg = load_experiment("pendulum", ["train.epochs=3", "optim.grad_clip=1.5", "data.root=/x"])
+    cfg = dataclasses.replace(cfg, description='quote " backslash \\ tab \t newline \n Λ̄ \x7f')
+    path = tmp_path / "c.toml"
+    path.write_text(to_toml(cfg), encoding="utf-8")
+    assert load_experiment(path) == cfg
+
+
+def test_every_optional_field_defaults_to_none():
+    # to_toml writes None as a comment (TOML has no null), which loads back as the default:
+    # that is only the same config while every field that may be None defaults to None.
+    for cls in (ExperimentConfig, *SECTIONS.values()):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if type(None) in typing.get_args(hints[f.name]):
+                assert f.default is None, f"{cls.__name__}.{f.name}"
+
+
+def test_version_is_the_package_metadata(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"s5jax {metadata.version('s5jax')}"
+    assert s5jax.__version__ == metadata.version("s5jax")
+
+
+def test_config_command_prints_toml_that_loads_back(tmp_path, capsys):
+    overrides = ["train.epochs=7", "model.d_model=64"]
+    set_args = [a for o in overrides for a in ("--set", o)]
+    for name in ("listops", "pendulum-append", "speech"):
+        assert main(["config", name, *set_args]) == 0
+        path = tmp_path / f"{name}.toml"
+        path.write_text(capsys.readouterr().out, encoding="utf-8")
+        assert load_experiment(path) == load_experiment(name, overrides)
+        # and the printed file is itself a config the command accepts
+        assert main(["config", str(path)]) == 0
+        assert capsys.readouterr().out == path.read_text(encoding="utf-8")
+
+
+def test_config_command_reports_a_bad_key(capsys):
+    assert main(["config", "listops", "--set", "model.d_modle=3"]) == 2
+    assert "d_model" in capsys.readouterr().err
+
+
+@pytest.fixture
+def restore_s5jax_logger():
+    """The command installs a handler and sets a level on the `s5jax` logger: undo both."""
+    logger = logging.getLogger("s5jax")
+    level, handlers = logger.level, list(logger.handlers)
+    yield
+    logger.setLevel(level)
+    logger.handlers[:] = handlers
+
+
+def test_quiet_silences_info_and_verbose_shows_debug(capsys, restore_s5jax_logger):
+    def messages(*flags):
+        assert main([*flags, "config", "synthetic"]) == 0
+        logging.getLogger("s5jax.test").info("an info message")
+        return capsys.readouterr().err
+
+    default = messages()
+    assert "s5jax: an info message" in default and "loaded experiment" not in default
+    quiet = messages("-q")
+    assert "an info message" not in quiet
+    verbose = messages("-v")
+    assert "s5jax: an info message" in verbose
+    assert "s5jax: loaded experiment 'synthetic'" in verbose  # a debug message of s5jax.config
+    logging.getLogger("s5jax.test").warning("a warning")
+    assert capsys.readouterr().err == "s5jax: warning: a warning\n"
+
+
+def test_quiet_and_verbose_exclude_each_other(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["-q", "-v", "list"])
+    assert exc.value.code == 2
+    assert "not allowed with" in capsys.readouterr().err
+
+
+def _subparsers(parser: argparse.ArgumentParser, prefix: str = "s5jax"):
+    """(command line, parser) for the parser and every sub-command, recursively."""
+    yield prefix, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _subparsers(sub, f"{prefix} {name}")
+
+
+def test_every_argument_of_every_command_has_help():
+    missing = [
+        f"{command}: {action.option_strings or action.dest}"
+        for command, parser in _subparsers(_parser())
+        for action in parser._actions
+        if not isinstance(action, argparse._SubParsersAction) and not action.help
+    ]
+    assert not missing, missing
+
+
+def test_every_command_shows_an_example():
+    for command, parser in _subparsers(_parser()):
+        text = parser.format_help()
+        assert "example" in text and "s5jax " in text.split("example", 1)[1], command
