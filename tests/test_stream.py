@@ -303,3 +303,21 @@ def test_pendulum_model_trained_a_few_steps_predicts_the_same_both_ways(getkey):
         mean_off, var_off = _offline(trained, state, batch["x"][b], dt[b])
         _close(mean_on, mean_off, 1e-5)
         _close(var_on, var_off, 1e-5)
+
+
+def test_streaming_example_runs_and_agrees_with_the_offline_model():
+    """`examples/streaming.py` (briefly trained model) streams a simulated sequence and checks
+    its predictions against the offline model itself (it exits non-zero if they disagree)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "streaming.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--train-steps", "2"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "running MSE over 50 frames" in done.stdout
+    gap = float(done.stdout.split("offline model: ")[1].split()[0])
+    assert gap < 1e-4
