@@ -321,3 +321,18 @@ def test_streaming_example_runs_and_agrees_with_the_offline_model():
     assert "running MSE over 50 frames" in done.stdout
     gap = float(done.stdout.split("offline model: ")[1].split()[0])
     assert gap < 1e-4
+
+
+def test_mixed_precision_model_steps_like_offline(getkey):
+    """Under `precision = "bf16"` the step takes bfloat16 operands where the sequence path
+    does; the outputs agree to bfloat16 rounding (8 bits of mantissa: 2⁻⁸ ≈ 4e-3 relative per
+    rounding, a few roundings deep)."""
+    cfg = _shrunk(load_experiment("pendulum").model, precision="bf16")
+    model, state = _build(cfg, getkey(), jnp.float32)
+    x = _inputs(cfg, 6, getkey(), jnp.float32)
+    dt = step_multipliers(jnp.cumsum(jax.random.uniform(getkey(), (6,), minval=0.5, maxval=2.0)))
+    online = _online(model, state, x, dt)
+    offline = _offline(model, state, x, dt)
+    for a, b in zip(jax.tree.leaves(online), jax.tree.leaves(offline), strict=True):
+        assert a.dtype == b.dtype == jnp.float32
+        _close(a, b, 1e-2)
