@@ -18,7 +18,7 @@ from ._optim import (
     optimizer_groups,
     set_lr_scale,
 )
-from ._plots import plot_curves
+from ._plots import plot_curves, plot_runs
 from ._predict import export_run, predict_run
 from ._progress import Progress
 from ._runs import DATA_SOURCES, data_status, evaluate_run, load_run, user_data_config
@@ -60,6 +60,7 @@ __all__ = [
     "optimizer_groups",
     "plateau_update",
     "plot_curves",
+    "plot_runs",
     "predict_run",
     "read_metrics",
     "set_lr_scale",

@@ -23,7 +23,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from ..config import ExperimentConfig, dump_json
+from ..config import ExperimentConfig, dump_json, to_dict, to_toml
 from ..data import PreparedDataset
 from ..data._batches import iterate_batches
 from ..nn import build_model, count_parameters
@@ -31,12 +31,13 @@ from ._checkpoint import Checkpoints
 from ._datasets import load_dataset
 from ._logging import MetricsLogger
 from ._optim import build_optimizer, describe_groups, format_groups, set_lr_scale
-from ._plots import plot_curves
+from ._plots import paper_reference, plot_curves
 from ._progress import Progress
 from ._run_info import run_info, write_json
 from ._schedule import EarlyStopState, PlateauState, early_stop_update, plateau_update
 from ._sharding import DataParallel
 from ._steps import make_steps
+from ._tensorboard import flat_hparams, ssm_statistics
 
 __all__ = ["TrainingDiverged", "train_and_evaluate"]
 
@@ -139,38 +140,31 @@ class _Run:
             else None
         )
         sums, start = {"loss": 0.0, "metric": 0.0}, time.perf_counter()
+        # The step statistics stay on the device and are fetched every `log_every` steps and
+        # at the epoch's end: the host queues the next steps instead of waiting for each one.
+        window: list[dict] = []
         # The last partial batch is dropped in training (as the authors' loader does): every
         # step then has one static shape and BatchNorm never sees padding rows.
         batches = iterate_batches(
             split, self.batch_size, shuffle=True, seed=cfg.train.seed, epoch=epoch, drop_last=True
         )
-        for batch in batches:
+        for i, batch in enumerate(batches):
             key = jax.random.fold_in(self.train_key, step)
             device_batch = self.parallel.shard(_host_batch(batch, self.head))
             self.params, self.model_state, self.opt_state, stats = self.steps.train(
                 self.params, self.model_state, self.opt_state, device_batch, key
             )
-            loss = float(stats["loss"])
             step += 1
-            if not math.isfinite(loss):
-                raise TrainingDiverged(
-                    f"the training loss became {loss} at step {step} (epoch {epoch}); the last "
-                    f"good checkpoint is kept in {self.workdir / 'checkpoints' / 'latest'}. "
-                    "Lower the learning rate (optim.ssm_lr / optim.lr_factor) or set "
-                    "optim.grad_clip"
-                )
-            sums["loss"] += loss
-            sums["metric"] += float(stats["metric"])
-            if step % cfg.train.log_every == 0:
-                logger.log_step(
-                    step,
-                    epoch,
-                    loss=loss,
-                    **{self.metric: float(stats["metric"])},
-                    grad_norm=float(stats["grad_norm"]),
-                )
+            window.append(stats)
+            postfix = {}
+            if step % cfg.train.log_every == 0 or i == self.steps_per_epoch - 1:
+                last = self._fetch(window, step, epoch, sums)
+                window = []
+                postfix["loss"] = f"{last['loss']:.4f}"
+                if step % cfg.train.log_every == 0:
+                    logger.log_step(step, epoch, **last)
             if progress is not None:
-                progress.update(loss=f"{loss:.4f}")
+                progress.update(1, **postfix)
         if progress is not None:
             progress.close()
         seconds = time.perf_counter() - start
@@ -181,6 +175,31 @@ class _Run:
             "epoch_seconds": seconds,
             "train_examples_per_second": n * self.batch_size / seconds,
         }
+
+    def _fetch(self, window: list[dict], step: int, epoch: int, sums: dict) -> dict[str, float]:
+        """Bring the statistics of the steps in `window` (the last one is `step`) to the host.
+
+        Adds their losses and metrics to `sums`, raises `TrainingDiverged` naming the first
+        step whose loss is not finite, and returns the last step's record: loss, metric and
+        gradient norm as floats.
+        """
+        keys = ("loss", "metric", "grad_norm")
+        host = jax.device_get([tuple(s[k] for k in keys) for s in window])
+        first = step - len(window) + 1
+        for offset, (loss, metric, _) in enumerate(host):
+            loss = float(loss)
+            if not math.isfinite(loss):
+                checked = f" (steps {first}-{step} checked together)" if first < step else ""
+                raise TrainingDiverged(
+                    f"the training loss became {loss} at step {first + offset} (epoch {epoch})"
+                    f"{checked}; the last good checkpoint is kept in "
+                    f"{self.workdir / 'checkpoints' / 'latest'}. Lower the learning rate "
+                    "(optim.ssm_lr / optim.lr_factor) or set optim.grad_clip"
+                )
+            sums["loss"] += loss
+            sums["metric"] += float(metric)
+        loss, metric, grad_norm = (float(v) for v in host[-1])
+        return {"loss": loss, self.metric: metric, "grad_norm": grad_norm}
 
     def evaluate(self, split_name: str, step_rescale: float = 1.0) -> dict[str, float]:
         split = self.dataset.splits[split_name]
@@ -258,7 +277,10 @@ def train_and_evaluate(
         print(f"resumed from epoch {history['epoch']} (step {history['step']})", file=out)
     logger = MetricsLogger(workdir, resume_step=history["step"] if resume else None)
     try:
+        if history["step"] == 0:
+            logger.log_text("config", f"```toml\n{to_toml(config)}\n```")
         _epochs(run, ckpt, logger, history, progress, out)
+        logger.log_hparams(history["step"], _hparams(config), _final_metrics(run, history))
     finally:
         logger.close()
         ckpt.close()
@@ -298,6 +320,7 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
             mode="max" if run.higher_is_better else "min",
         )
         logger.log_epoch(step, epoch, **record)
+        logger.log_histograms(step, *ssm_statistics(eqx.combine(run.params, run.static)))
         history["epochs"].append({"epoch": epoch, **record})
         history.update(epoch=epoch, step=step, plateau=asdict(plateau), stopper=asdict(stopper))
         if improved and cfg.train.save_best:
@@ -355,6 +378,21 @@ def _zero_shot(run: _Run) -> dict[str, float]:
     return record
 
 
+def _hparams(config: ExperimentConfig) -> dict[str, Any]:
+    """The config as HParams: every setting but the description and the paper's figure."""
+    tree = to_dict(config)
+    return flat_hparams({k: v for k, v in tree.items() if k not in ("description", "paper")})
+
+
+def _final_metrics(run: _Run, history) -> dict[str, Any]:
+    """The HParams tab's metrics: the run's best val and the test figure at it."""
+    return {
+        f"final/best_val_{run.metric}": history["best_val"],
+        f"final/test_{run.metric}_at_best_val": history["test_at_best"],
+        "final/best_epoch": history["best_epoch"],
+    }
+
+
 def _finish(run: _Run, history, out) -> dict[str, Any]:
     from ._logging import summary_table
 
@@ -398,6 +436,8 @@ def _finish(run: _Run, history, out) -> dict[str, Any]:
             metrics=("loss", run.metric),
             kind=None,
             title=run.config.name,
+            reference=paper_reference(paper),
+            best_epoch=history["best_epoch"],
         )
     return summary
 

@@ -3,14 +3,20 @@
 Each record is `{"kind": "step" | "epoch", "step": int, "epoch": int, "time": float, ...}` with
 `time` the wall-clock time (seconds since the Unix epoch) and the remaining keys the metrics.
 Every line is flushed when written, so a killed run keeps its complete lines. Non-finite
-floats are written as `NaN` / `Infinity` (Python's `json` reads them back).
+floats are written as `NaN` / `Infinity` (Python's `json` reads them back). The JSONL file
+stays hand-written: it is a few lines of the standard library, and `read_metrics`, the plots
+and the tests read it without any logging framework.
 
 On reopening a run directory (a resumed run), a truncated last line is dropped and, given
 `resume_step`, so are the records with `step > resume_step` (the resumed run writes them
 again); the file is then rewritten atomically (temporary file + rename).
 
 The numeric metrics also go to TensorBoard event files under `run_dir/tensorboard/`, tagged
-`<kind>/<name>` (e.g. `step/loss`, `epoch/val_accuracy`), with the global step as x-axis.
+`<kind>/<name>` (e.g. `step/loss`, `epoch/val_accuracy`), with the global step as x-axis;
+see `_tensorboard` for the histograms, text and hparams written beside them.
+
+`summary_table` is the one plain-text table printer of the package (the trainer's summary
+and `s5jax list`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+import numpy as np
 
 from ._tensorboard import EventWriter
 
@@ -133,7 +141,8 @@ class MetricsLogger:
     **Arguments:**
     - `run_dir`: the run directory (created if missing).
     - `resume_step`: when resuming from a checkpoint at this step, drop the records with a
-      larger step (and tell TensorBoard to drop its events after it).
+      larger step (and tell TensorBoard to drop its events after it; from a run that had
+      no checkpoint yet, `resume_step = 0`, all of them).
     - `tensorboard`: also write TensorBoard events under `run_dir/tensorboard/`.
     - `clock`: wall-clock function for the `time` field.
 
@@ -156,9 +165,10 @@ class MetricsLogger:
         self._file = open(self.path, "a", encoding="utf-8")
         self._events = None
         if tensorboard:
-            self._events = EventWriter(self.run_dir / TENSORBOARD_DIR, clock=clock)
-            if resume_step is not None:
-                self._events.session_start(resume_step + 1)
+            # Step 0 holds only what a run writes when it starts (the config text); a resume
+            # from step 0 starts over, so it purges that too.
+            purge = None if resume_step is None else (resume_step + 1 if resume_step else 0)
+            self._events = EventWriter(self.run_dir / TENSORBOARD_DIR, purge_step=purge)
 
     def log(self, kind: str, step: int, epoch: int, **metrics: Any) -> dict:
         """Write one record.
@@ -189,6 +199,42 @@ class MetricsLogger:
     def log_epoch(self, step: int, epoch: int, **metrics: Any) -> dict:
         """Write an `"epoch"` record; see `log`."""
         return self.log("epoch", step, epoch, **metrics)
+
+    def log_histograms(
+        self, step: int, histograms: dict[str, np.ndarray], scalars: dict[str, float]
+    ) -> None:
+        """TensorBoard only: histograms and scalars of the model (see `ssm_statistics`).
+
+        **Arguments:**
+        - `step`: the global step.
+        - `histograms`: tag → values.
+        - `scalars`: tag → value.
+        """
+        if self._events is not None:
+            self._events.add_histograms(histograms, step)
+            self._events.add_scalars(scalars, step)
+
+    def log_text(self, tag: str, text: str, step: int = 0) -> None:
+        """TensorBoard only: a Markdown text, e.g. the resolved config.
+
+        **Arguments:**
+        - `tag`: the tag.
+        - `text`: the Markdown text.
+        - `step`: the global step.
+        """
+        if self._events is not None:
+            self._events.add_text(tag, text, step)
+
+    def log_hparams(self, step: int, hparams: dict[str, Any], metrics: dict[str, Any]) -> None:
+        """TensorBoard only: the run's hyperparameters and final metrics (HParams tab).
+
+        **Arguments:**
+        - `step`: the step of the final metrics.
+        - `hparams`: name → bool, number or string.
+        - `metrics`: tag → final value (`None` skipped).
+        """
+        if self._events is not None:
+            self._events.add_hparams(hparams, metrics, step)
 
     def close(self) -> None:
         """Close the files (idempotent)."""

@@ -1,48 +1,53 @@
-"""Training curves as a PNG, drawn with Pillow only.
+"""Training curves as PNG files, drawn with matplotlib's object API on the Agg canvas.
 
-One panel per metric (e.g. `loss`, `accuracy`); each panel shows the train, validation and
-test curves per epoch that the records hold: for metric `m`, the keys `m` or `train_m`,
-`val_m` and `test_m`. The panel title holds the metric name (left) and the legend (right),
-above the plot area, so the legend never hides a curve.
+No pyplot: each figure is a `matplotlib.figure.Figure` of its own, so plotting from the trainer
+never touches global state or needs a display. Two kinds of figure:
+
+- `curves_figure` / `plot_curves`: one run, one panel per metric (e.g. `loss`, `accuracy`), each
+  with the train, validation and test curves per epoch that the records hold (for metric `m`,
+  the keys `m` or `train_m`, `val_m` and `test_m`).
+- `comparison_figure` / `plot_runs`: one metric across several runs (`s5jax plot`).
+
+Losses and errors are drawn on a log axis when all their values are positive (a Gaussian NLL
+can be negative: then the axis is linear; accuracies always are). The paper's figure, where
+the config gives one, is a dashed horizontal line on its metric's panel; the best-validation
+epoch is a dotted vertical line with a star on the validation curve.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, ImageDraw, ImageFont
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-__all__ = ["SPLIT_COLORS", "plot_curves"]
+from ..config import PaperResult, load_experiment
+from ._logging import METRICS_FILE, read_metrics
 
-# Panel layout (pixels).
-PANEL_SIZE = (480, 320)
-_MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 64, 16, 30, 36
-_TITLE_HEIGHT = 30
+__all__ = [
+    "PANEL_SIZE",
+    "SPLIT_COLORS",
+    "comparison_figure",
+    "curves_figure",
+    "paper_reference",
+    "plot_curves",
+    "plot_runs",
+]
 
-_BACKGROUND = (255, 255, 255)
-_AXIS = (0, 0, 0)
-_GRID = (225, 225, 225)
-_TEXT = (0, 0, 0)
-SPLIT_COLORS = {
-    "train": (31, 119, 180),
-    "val": (255, 127, 14),
-    "test": (44, 160, 44),
-}
+DPI = 100
+PANEL_SIZE = (560, 380)  # pixels of one panel
+COMPARISON_SIZE = (800, 500)  # pixels of the comparison figure
+SPLIT_COLORS = {"train": "tab:blue", "val": "tab:orange", "test": "tab:green"}
 _PREFIXES = tuple(f"{split}_" for split in SPLIT_COLORS)
 
-Font = ImageFont.ImageFont | ImageFont.FreeTypeFont
-
-
-def _load_font(size: int) -> Font:
-    """Pillow's default font, scalable where the installed Pillow supports it."""
-    try:
-        return ImageFont.load_default(size=size)
-    except (TypeError, ValueError, OSError, ImportError):  # Pillow < 10.1 or no FreeType
-        return ImageFont.load_default()
+Reference = tuple[str, float]  # (metric, value), e.g. ("test_accuracy", 0.8815)
 
 
 def _base_metric(name: str) -> str:
@@ -53,248 +58,288 @@ def _base_metric(name: str) -> str:
     return name
 
 
-def _number(value: Any) -> float | None:
-    """A finite float, or `None` for anything else."""
+def _number(value: Any) -> float:
+    """A finite float, or NaN (a gap in the curve) for anything else."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
+        return math.nan
+    return float(value) if math.isfinite(value) else math.nan
 
 
-def _series(
-    records: Sequence[Mapping[str, Any]], key: str, x: str
-) -> list[tuple[float, float | None]]:
-    """The (x, y) points of `key`; y is `None` where not finite (a gap in the curve)."""
-    points = []
-    for r in records:
-        if key in r and _number(r.get(x)) is not None:
-            points.append((float(r[x]), _number(r[key])))
-    return points
+def _series(records: Sequence[Mapping[str, Any]], key: str, x: str) -> tuple[np.ndarray, ...]:
+    """The x and y values of `key` in the records that hold both (y NaN where not finite)."""
+    rows = [(float(r[x]), _number(r[key])) for r in records if key in r and x in r]
+    xs = np.array([p[0] for p in rows], float)
+    return xs, np.array([p[1] for p in rows], float)
 
 
 def _panel_series(
     records: Sequence[Mapping[str, Any]], metric: str, x: str
-) -> dict[str, list[tuple[float, float | None]]]:
-    """Split → points for one metric, only the splits present in the records."""
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Split → (x, y) for one metric, only the splits with a finite value."""
     out = {}
     for split in SPLIT_COLORS:
         keys = [metric, f"train_{metric}"] if split == "train" else [f"{split}_{metric}"]
         for key in keys:
-            points = _series(records, key, x)
-            if any(y is not None for _, y in points):
-                out[split] = points
+            xs, ys = _series(records, key, x)
+            if np.isfinite(ys).any():
+                out[split] = (xs, ys)
                 break
     return out
 
 
-def _nice_step(span: float, target: int = 5) -> float:
-    """A step of 1, 2 or 5 × 10^k giving about `target` intervals over `span`."""
-    raw = span / max(target, 1)
-    magnitude = 10 ** math.floor(math.log10(raw))
-    for factor in (1, 2, 5, 10):
-        if factor * magnitude >= raw:
-            return factor * magnitude
-    return 10 * magnitude
+def log_scale_for(metric: str, values: Sequence[float]) -> bool:
+    """Whether a metric's axis is logarithmic: a loss or error whose values are all positive.
+
+    **Arguments:**
+    - `metric`: the metric name (with or without split prefix).
+    - `values`: the values to draw (NaN ignored), including any reference line.
+
+    **Returns:** `False` for accuracies, for no finite value and when any value is ≤ 0.
+    """
+    finite = np.asarray(values, float)
+    finite = finite[np.isfinite(finite)]
+    return "accuracy" not in metric and finite.size > 0 and bool(np.all(finite > 0))
 
 
-def _axis_range(values: list[float], integer: bool = False) -> tuple[float, float]:
-    """The limits of an axis: the data range padded by 5% (3% on an integer axis)."""
-    lo, hi = min(values), max(values)
-    if hi - lo <= 1e-12 * max(abs(lo), abs(hi), 1.0):
-        pad = 0.5 if integer else max(abs(lo) * 0.05, 0.05)
-        return lo - pad, hi + pad
-    pad = (0.03 if integer else 0.05) * (hi - lo)
-    return lo - pad, hi + pad
-
-
-def _ticks(lo: float, hi: float, integer: bool = False) -> list[float]:
-    """Tick positions at a nice step within [lo, hi]."""
-    step = _nice_step(hi - lo)
-    if integer:
-        step = max(1.0, round(step))
-    first = math.ceil(lo / step - 1e-9) * step
-    n = math.floor((hi - first) / step + 1e-9) + 1
-    return [first + i * step for i in range(max(n, 0))]
-
-
-def _tick_label(value: float) -> str:
-    """A short tick label."""
-    if abs(value) < 1e-12:
-        return "0"
-    return f"{value:.3g}"
-
-
-class _Frame:
-    """Maps data coordinates to the pixels of one panel's plot area."""
-
-    def __init__(self, box: tuple[int, int, int, int], xlim, ylim):
-        self.box = box
-        self.xlim = xlim
-        self.ylim = ylim
-
-    def px(self, x: float, y: float) -> tuple[float, float]:
-        """Pixel of the data point (x, y)."""
-        left, top, right, bottom = self.box
-        fx = (x - self.xlim[0]) / (self.xlim[1] - self.xlim[0])
-        fy = (y - self.ylim[0]) / (self.ylim[1] - self.ylim[0])
-        return left + fx * (right - left), bottom - fy * (bottom - top)
-
-
-def _text_size(draw: ImageDraw.ImageDraw, text: str, font: Font) -> tuple[int, int]:
-    """Width and height of `text`."""
-    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
-    return int(right - left), int(bottom - top)
-
-
-def _draw_axes(draw: ImageDraw.ImageDraw, frame: _Frame, font: Font, xlabel: str) -> None:
-    """Grid, axes, tick marks and tick labels of a panel."""
-    left, top, right, bottom = frame.box
-    for t in _ticks(*frame.ylim):
-        _, py = frame.px(frame.xlim[0], t)
-        draw.line([(left, py), (right, py)], fill=_GRID)
-        draw.line([(left - 4, py), (left, py)], fill=_AXIS)
-        w, h = _text_size(draw, _tick_label(t), font)
-        draw.text((left - 6 - w, py - h / 2 - 2), _tick_label(t), fill=_TEXT, font=font)
-    for t in _ticks(*frame.xlim, integer=True):
-        px, _ = frame.px(t, frame.ylim[0])
-        draw.line([(px, top), (px, bottom)], fill=_GRID)
-        draw.line([(px, bottom), (px, bottom + 4)], fill=_AXIS)
-        w, _ = _text_size(draw, _tick_label(t), font)
-        draw.text((px - w / 2, bottom + 6), _tick_label(t), fill=_TEXT, font=font)
-    draw.rectangle([left, top, right, bottom], outline=_AXIS)
-    w, h = _text_size(draw, xlabel, font)
-    draw.text(((left + right - w) / 2, bottom + 8 + h), xlabel, fill=_TEXT, font=font)
-
-
-def _draw_curve(
-    draw: ImageDraw.ImageDraw,
-    frame: _Frame,
-    points: list[tuple[float, float | None]],
-    color: tuple[int, int, int],
-) -> None:
-    """A polyline through the finite points (broken at gaps), with small markers."""
-    segment: list[tuple[float, float]] = []
-    pixels = [None if y is None else frame.px(x, y) for x, y in points]
-    for p in [*pixels, None]:
-        if p is not None:
-            segment.append(p)
-            continue
-        if len(segment) > 1:
-            draw.line(segment, fill=color, width=2)
-        segment = []
-    if len(pixels) <= 50:
-        for p in pixels:
-            if p is not None:
-                draw.ellipse([p[0] - 2, p[1] - 2, p[0] + 2, p[1] + 2], fill=color)
-
-
-def _draw_header(
-    draw: ImageDraw.ImageDraw, origin: tuple[int, int], title: str, splits, font: Font
-) -> None:
-    """Panel title (left) and legend (right) above the plot area."""
-    ox, oy = origin
-    draw.text((ox + _MARGIN_LEFT, oy + 8), title, fill=_TEXT, font=font)
-    x = ox + PANEL_SIZE[0] - _MARGIN_RIGHT
-    for split in reversed(list(splits)):
-        w, h = _text_size(draw, split, font)
-        x -= w
-        draw.text((x, oy + 8), split, fill=_TEXT, font=font)
-        x -= 18
-        draw.line(
-            [(x, oy + 8 + h / 2 + 2), (x + 14, oy + 8 + h / 2 + 2)],
-            fill=SPLIT_COLORS[split],
-            width=3,
-        )
-        x -= 10
+def _best_marker(ax: Axes, best_epoch: int | None, xs: np.ndarray, ys: np.ndarray) -> None:
+    """The best-validation epoch: a dotted vertical line and a star on the curve."""
+    if best_epoch is None:
+        return
+    ax.axvline(
+        best_epoch,
+        color="0.45",
+        linestyle=":",
+        linewidth=1.2,
+        label=f"best val (epoch {best_epoch})",
+    )
+    at = np.flatnonzero((xs == best_epoch) & np.isfinite(ys))
+    if at.size:
+        ax.plot(xs[at[0]], ys[at[0]], marker="*", markersize=12, color="tab:red", zorder=5)
 
 
 def _draw_panel(
-    draw: ImageDraw.ImageDraw,
-    origin: tuple[int, int],
+    ax: Axes,
     metric: str,
-    series: dict[str, list[tuple[float, float | None]]],
-    font: Font,
-    xlabel: str,
+    series: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    x: str,
+    reference: Reference | None,
+    best_epoch: int | None,
 ) -> None:
-    """One metric's panel at `origin` (top-left pixel)."""
-    ox, oy = origin
-    box = (
-        ox + _MARGIN_LEFT,
-        oy + _MARGIN_TOP,
-        ox + PANEL_SIZE[0] - _MARGIN_RIGHT,
-        oy + PANEL_SIZE[1] - _MARGIN_BOTTOM,
-    )
-    xs = [x for pts in series.values() for x, _ in pts]
-    ys = [y for pts in series.values() for _, y in pts if y is not None]
-    frame = _Frame(box, _axis_range(xs, integer=True), _axis_range(ys))
-    _draw_axes(draw, frame, font, xlabel)
-    for split, points in series.items():
-        _draw_curve(draw, frame, points, SPLIT_COLORS[split])
-    _draw_header(draw, origin, metric, series, font)
+    """One metric's curves, its reference line and the best epoch."""
+    ref = reference if reference and _base_metric(reference[0]) == metric else None
+    values = [y for _, ys in series.values() for y in ys] + ([ref[1]] if ref else [])
+    for split, (xs, ys) in series.items():
+        markers = "o" if len(xs) <= 50 else None
+        ax.plot(xs, ys, color=SPLIT_COLORS[split], marker=markers, markersize=3, label=split)
+    if ref is not None:
+        ax.axhline(ref[1], color="black", linestyle="--", linewidth=1.2, label="paper")
+    if "val" in series:
+        _best_marker(ax, best_epoch, *series["val"])
+    if log_scale_for(metric, values):
+        ax.set_yscale("log")
+    ax.set_title(metric, loc="left")
+    ax.set_xlabel(x)
+    ax.grid(True, which="major", color="0.9")
+    ax.legend(fontsize="small")
 
 
-def _panels(
-    records: Sequence[Mapping[str, Any]], metrics: Sequence[str], x: str
-) -> list[tuple[str, dict]]:
-    """(metric, series) of the panels to draw, one per distinct base metric with data."""
-    bases = list(dict.fromkeys(_base_metric(m) for m in metrics))
-    panels = [(m, _panel_series(records, m, x)) for m in bases]
-    return [(m, s) for m, s in panels if s]
-
-
-def _save_atomic(image: Image.Image, path: Path) -> None:
-    """Write a PNG through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    image.save(tmp, format="PNG")
-    os.replace(tmp, path)
-
-
-def plot_curves(
+def curves_figure(
     records: Sequence[Mapping[str, Any]],
-    path: str | os.PathLike,
     *,
     metrics: Sequence[str] = ("loss", "accuracy"),
     kind: str | None = "epoch",
     x: str = "epoch",
     title: str | None = None,
     columns: int = 2,
-) -> Path:
-    """Draw training curves to a PNG file (written atomically).
+    reference: Reference | None = None,
+    best_epoch: int | None = None,
+) -> Figure:
+    """One run's training curves as a matplotlib `Figure` (Agg canvas).
 
     **Arguments:**
     - `records`: metric records, e.g. from `read_metrics`.
-    - `path`: the PNG file to write.
     - `metrics`: the metrics, one panel each; split prefixes are ignored, so
       `("loss", "val_loss", "val_accuracy")` gives the panels `loss` and `accuracy`, each with
       the train (`m` or `train_m`), val (`val_m`) and test (`test_m`) curves found. Metrics
       without data get no panel.
     - `kind`: use only the records of this kind (`None`: all records).
     - `x`: the record key of the horizontal axis.
-    - `title`: a title above the panels.
+    - `title`: the figure's title.
     - `columns`: panels per row.
+    - `reference`: `(metric, value)` of the paper's figure (e.g. `("test_accuracy", 0.88)`),
+      a dashed line on that metric's panel.
+    - `best_epoch`: the best-validation epoch, marked on every panel with a val curve.
 
-    **Returns:** the path written. The image is `columns' × 480` wide (`columns'` = the
-    number of columns actually used) and `rows × 320` high, plus 30 pixels with a title;
-    with no data at all it is a single panel saying so.
+    **Returns:** the figure, `columns' × PANEL_SIZE[0]` by `rows × PANEL_SIZE[1]` pixels
+    (`columns'` the columns actually used); with no data, one panel saying so.
     """
     if kind is not None:
         records = [r for r in records if r.get("kind") == kind]
-    panels = _panels(records, metrics, x)
+    bases = list(dict.fromkeys(_base_metric(m) for m in metrics))
+    panels = [(m, s) for m in bases if (s := _panel_series(records, m, x))]
     ncols = max(1, min(columns, len(panels)))
     nrows = max(1, math.ceil(len(panels) / ncols))
-    header = _TITLE_HEIGHT if title else 0
-    size = (ncols * PANEL_SIZE[0], nrows * PANEL_SIZE[1] + header)
-    image = Image.new("RGB", size, _BACKGROUND)
-    draw = ImageDraw.Draw(image)
-    font = _load_font(12)
-    if title:
-        w, _ = _text_size(draw, title, _load_font(15))
-        draw.text(((size[0] - w) / 2, 7), title, fill=_TEXT, font=_load_font(15))
-    for i, (metric, series) in enumerate(panels):
-        origin = ((i % ncols) * PANEL_SIZE[0], header + (i // ncols) * PANEL_SIZE[1])
-        _draw_panel(draw, origin, metric, series, font, x)
+    figure = Figure(
+        figsize=(ncols * PANEL_SIZE[0] / DPI, nrows * PANEL_SIZE[1] / DPI),
+        dpi=DPI,
+        layout="constrained",
+    )
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, (metric, series) in zip(axes, panels, strict=False):
+        _draw_panel(ax, metric, series, x, reference, best_epoch)
+    for ax in axes[len(panels) :]:
+        ax.set_axis_off()
     if not panels:
-        draw.text((_MARGIN_LEFT, header + PANEL_SIZE[1] // 2), "no data", fill=_TEXT, font=font)
-    path = Path(path)
-    _save_atomic(image, path)
+        axes[0].text(0.5, 0.5, "no data", ha="center", va="center")
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
+def _save_atomic(figure: Figure, path: Path) -> Path:
+    """Write a PNG through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    figure.savefig(tmp, format="png", dpi=DPI)
+    os.replace(tmp, path)
     return path
+
+
+def plot_curves(
+    records: Sequence[Mapping[str, Any]], path: str | os.PathLike, **options: Any
+) -> Path:
+    """Draw one run's training curves to a PNG file (written atomically).
+
+    **Arguments:**
+    - `records`: metric records, e.g. from `read_metrics`.
+    - `path`: the PNG file to write.
+    - `**options`: those of `curves_figure` (`metrics`, `kind`, `x`, `title`, `columns`,
+      `reference`, `best_epoch`).
+
+    **Returns:** the path written.
+    """
+    return _save_atomic(curves_figure(records, **options), Path(path))
+
+
+def comparison_figure(
+    runs: Mapping[str, Sequence[Mapping[str, Any]]],
+    metric: str,
+    *,
+    x: str = "epoch",
+    reference: Reference | None = None,
+    best_epochs: Mapping[str, int | None] | None = None,
+) -> Figure:
+    """One metric of several runs in one panel, as a matplotlib `Figure` (Agg canvas).
+
+    **Arguments:**
+    - `runs`: label → the run's epoch records.
+    - `metric`: the record key to draw, e.g. `val_accuracy` or `train_loss`.
+    - `x`: the record key of the horizontal axis.
+    - `reference`: `(metric, value)` of the paper's figure, a dashed line when its metric
+      (without split prefix) is `metric`'s.
+    - `best_epochs`: label → the run's best-validation epoch, starred on its curve.
+
+    **Returns:** the figure, `COMPARISON_SIZE` pixels.
+    """
+    figure = Figure(
+        figsize=(COMPARISON_SIZE[0] / DPI, COMPARISON_SIZE[1] / DPI), dpi=DPI, layout="constrained"
+    )
+    FigureCanvasAgg(figure)
+    ax = figure.subplots()
+    values = []
+    for label, records in runs.items():
+        xs, ys = _series(records, metric, x)
+        (line,) = ax.plot(xs, ys, marker="o" if len(xs) <= 50 else None, markersize=3, label=label)
+        best = (best_epochs or {}).get(label)
+        at = np.flatnonzero((xs == best) & np.isfinite(ys)) if best is not None else []
+        if len(at):
+            ax.plot(xs[at[0]], ys[at[0]], marker="*", markersize=12, color=line.get_color())
+        values.extend(ys)
+    ref = reference if reference and _base_metric(reference[0]) == _base_metric(metric) else None
+    if ref is not None:
+        ax.axhline(ref[1], color="black", linestyle="--", linewidth=1.2, label="paper")
+        values.append(ref[1])
+    if log_scale_for(metric, values):
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} (stars: best val epochs)" if best_epochs else metric, loc="left")
+    ax.grid(True, which="major", color="0.9")
+    ax.legend(fontsize="small")
+    return figure
+
+
+_DEFAULT_METRICS = ("val_accuracy", "val_mse", "val_loss", "train_loss")
+
+
+def _read_run(run_dir: Path) -> tuple[list[dict], dict]:
+    """The epoch records and results.json (or `{}`) of a run directory."""
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory {run_dir} does not exist")
+    if not (run_dir / METRICS_FILE).is_file():
+        raise FileNotFoundError(
+            f"{run_dir / METRICS_FILE} not found: not a run directory written by `s5jax train`"
+        )
+    results_path = run_dir / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    return read_metrics(run_dir, kind="epoch"), results
+
+
+def _labels(run_dirs: Sequence[Path]) -> list[str]:
+    """Run directory names, or whole paths when two names are the same."""
+    names = [d.name or str(d) for d in run_dirs]
+    return names if len(set(names)) == len(names) else [str(d) for d in run_dirs]
+
+
+def paper_reference(paper: PaperResult | None) -> Reference | None:
+    """`(metric, value)` of the paper's figure in the metric's own units, or `None`."""
+    if paper is None or paper.raw_value is None:
+        return None
+    return paper.metric, paper.raw_value
+
+
+def _reference(run_dirs: Sequence[Path]) -> Reference | None:
+    """The paper's figure when every run's config records the same one."""
+    refs = set()
+    for run_dir in run_dirs:
+        config = run_dir / "config.json"
+        refs.add(paper_reference(load_experiment(config).paper) if config.is_file() else None)
+    return refs.pop() if len(refs) == 1 else None
+
+
+def plot_runs(
+    run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *, metric: str | None = None
+) -> Path:
+    """Compare runs: one metric of each run per epoch, in one PNG (written atomically).
+
+    **Arguments:**
+    - `run_dirs`: run directories written by `s5jax train`.
+    - `out`: the PNG file to write.
+    - `metric`: an epoch-record key (e.g. `val_accuracy`, `train_loss`); default the first of
+      `val_accuracy`, `val_mse`, `val_loss`, `train_loss` that the first run has.
+
+    **Returns:** the path written. Raises `FileNotFoundError` for a missing run directory or
+    metrics file, `ValueError` when no run has the metric.
+    """
+    dirs = [Path(d) for d in run_dirs]
+    runs = [_read_run(d) for d in dirs]
+    if metric is None:
+        first = runs[0][0]
+        metric = next((m for m in _DEFAULT_METRICS if any(m in r for r in first)), None)
+        if metric is None:
+            raise ValueError(f"{dirs[0]} has no epoch records yet")
+    if not any(metric in r for records, _ in runs for r in records):
+        keys = sorted({k for records, _ in runs for r in records for k in r} - {"kind", "time"})
+        raise ValueError(f"no run has the metric {metric!r}; the runs have {', '.join(keys)}")
+    labels = _labels(dirs)
+    figure = comparison_figure(
+        {label: records for label, (records, _) in zip(labels, runs, strict=True)},
+        metric,
+        reference=_reference(dirs),
+        best_epochs={
+            label: results.get("best_epoch")
+            for label, (_, results) in zip(labels, runs, strict=True)
+        },
+    )
+    return _save_atomic(figure, Path(out))

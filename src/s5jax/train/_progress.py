@@ -1,11 +1,14 @@
-"""A dependency-free terminal progress bar.
+"""Progress bars: tqdm on a terminal, a plain line per ~10% in logs.
 
-On a terminal (TTY) the bar is redrawn in place with `\\r`, at most every `min_interval`
-seconds (and always at completion). Elsewhere (CI, log files) a plain line is printed each time
+On a terminal (TTY) `Progress` is a `tqdm` bar redrawn in place, as wide as the terminal
+(`dynamic_ncols`), with the values of `update(**postfix)` after the rate. Its rate is tqdm's
+exponential moving average (`smoothing`), so the first step of a run, which includes the
+compilation, stops weighing on the rate and ETA after a few redraws instead of for the whole
+epoch. Elsewhere (CI, log files) a line formatted by `tqdm.format_meter` is printed each time
 another ~10% is done (or, with an unknown total, at most every `plain_interval` seconds), so
-logs stay short. A line looks like
+logs stay short:
 
-    train:  45%|#########           | 450/1000 [00:12<00:15, 37.5 it/s, loss=0.123]
+    epoch 3:  45%|####5     | 450/1000 [00:12<00:14, 37.50step/s, loss=0.1230]
 """
 
 from __future__ import annotations
@@ -17,27 +20,12 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TextIO
 
-__all__ = ["Progress", "format_duration"]
+from tqdm import tqdm
 
-_BAR_WIDTH = 20
+__all__ = ["Progress"]
 
-
-def format_duration(seconds: float) -> str:
-    """`mm:ss`, or `h:mm:ss` from one hour on; `?` if not finite.
-
-    **Arguments:**
-    - `seconds`: a non-negative duration.
-
-    **Returns:** the formatted duration.
-    """
-    if not math.isfinite(seconds):
-        return "?"
-    total = round(max(seconds, 0.0))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
-    return f"{minutes:02d}:{secs:02d}"
+# tqdm's default: the weight of the newest rate sample in the moving average.
+SMOOTHING = 0.3
 
 
 def _format_value(value: Any) -> str:
@@ -47,13 +35,6 @@ def _format_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
-
-
-def _format_rate(rate: float, unit: str) -> str:
-    """`12.3 it/s` with 3 significant digits; `? it/s` before any progress."""
-    if rate <= 0 or not math.isfinite(rate):
-        return f"? {unit}/s"
-    return f"{rate:.3g} {unit}/s"
 
 
 def _is_tty(stream: TextIO) -> bool:
@@ -73,10 +54,10 @@ class Progress:
     - `desc`: a label printed before the bar.
     - `stream`: where to write (default `sys.stderr`, looked up at construction).
     - `unit`: the unit of the rate, e.g. `"it"` or `"samples"`.
-    - `tty`: redraw in place (`True`) or print plain lines (`False`); default: whether the
-      stream is a terminal.
-    - `clock`: a monotonic clock in seconds (injectable for tests).
-    - `min_interval`: the minimal time between two redraws on a terminal.
+    - `tty`: a tqdm bar (`True`) or plain lines (`False`); default: whether the stream is a
+      terminal.
+    - `clock`: the monotonic clock of the plain lines (injectable for tests).
+    - `min_interval`: on a terminal, the minimal time between two redraws.
     - `plain_interval`: with an unknown total and no terminal, the minimal time between lines.
 
     Use as a context manager or call `close()`.
@@ -100,74 +81,49 @@ class Progress:
         self.unit = unit
         self.tty = _is_tty(self.stream) if tty is None else tty
         self._clock = clock
-        self.min_interval = min_interval
         self.plain_interval = plain_interval
         self.n = 0
         self.postfix: dict[str, Any] = {}
         self._start = clock()
-        self._last_draw = -math.inf
+        self._last_line = -math.inf
         self._last_decile = 0
-        self._last_width = 0
         self._closed = False
+        self.bar: tqdm | None = None
+        if self.tty:
+            self.bar = tqdm(
+                total=total,
+                desc=desc or None,
+                file=self.stream,
+                unit=unit,
+                dynamic_ncols=True,
+                mininterval=min_interval,
+                smoothing=SMOOTHING,
+            )
 
-    # ------------------------------------------------------------------ formatting
-    def elapsed(self) -> float:
-        """Seconds since the bar was created."""
-        return self._clock() - self._start
+    def _postfix_text(self) -> str:
+        return ", ".join(f"{k}={_format_value(v)}" for k, v in self.postfix.items())
 
     def format(self) -> str:
-        """The current line, without `\\r` or newline."""
-        elapsed = self.elapsed()
-        rate = self.n / elapsed if elapsed > 0 else 0.0
-        prefix = f"{self.desc}: " if self.desc else ""
-        if self.total:
-            frac = min(self.n / self.total, 1.0)
-            filled = int(frac * _BAR_WIDTH)
-            bar = "#" * filled + " " * (_BAR_WIDTH - filled)
-            eta = (self.total - self.n) / rate if rate > 0 else math.inf
-            head = f"{prefix}{frac * 100:3.0f}%|{bar}| {self.n}/{self.total}"
-            times = f"{format_duration(elapsed)}<{format_duration(eta)}"
-        else:
-            head = f"{prefix}{self.n}"
-            times = format_duration(elapsed)
-        fields = [times, _format_rate(rate, self.unit)]
-        fields += [f"{k}={_format_value(v)}" for k, v in self.postfix.items()]
-        return f"{head} [{', '.join(fields)}]"
-
-    # ------------------------------------------------------------------ output
-    def _draw(self) -> None:
-        """Redraw the line in place (terminal)."""
-        line = self.format()
-        pad = " " * max(self._last_width - len(line), 0)
-        self.stream.write("\r" + line + pad)
-        self.stream.flush()
-        self._last_width = len(line)
-        self._last_draw = self._clock()
+        """The current plain line (no `\\r` nor newline)."""
+        return tqdm.format_meter(
+            self.n,
+            self.total,
+            self._clock() - self._start,
+            prefix=self.desc,
+            ascii=True,
+            unit=self.unit,
+            postfix=self._postfix_text() or None,
+        )
 
     def _print_line(self) -> None:
         """Print a plain line (no terminal)."""
         self.stream.write(self.format() + "\n")
         self.stream.flush()
-        self._last_draw = self._clock()
+        self._last_line = self._clock()
 
     def _decile(self) -> int:
         """Completed tenths of the total."""
         return min(int(10 * self.n / self.total), 10) if self.total else 0
-
-    def _refresh(self) -> None:
-        """Draw or print if due."""
-        now = self._clock()
-        done = self.total is not None and self.n >= self.total
-        if self.tty:
-            if done or now - self._last_draw >= self.min_interval:
-                self._draw()
-        elif self.total:
-            decile = self._decile()
-            if decile > self._last_decile:
-                self._last_decile = decile
-                self._print_line()
-        elif now - self._last_draw >= self.plain_interval:
-            self._print_line()
 
     def update(self, n: int = 1, **postfix: Any) -> None:
         """Advance by `n` units and set postfix values.
@@ -178,7 +134,17 @@ class Progress:
         """
         self.n += n
         self.postfix.update(postfix)
-        self._refresh()
+        if self.bar is not None:
+            if postfix:
+                self.bar.set_postfix_str(self._postfix_text(), refresh=False)
+            self.bar.update(n)
+        elif self.total:
+            decile = self._decile()
+            if decile > self._last_decile:
+                self._last_decile = decile
+                self._print_line()
+        elif self._clock() - self._last_line >= self.plain_interval:
+            self._print_line()
 
     def write(self, message: str) -> None:
         """Print a message on its own line without breaking the bar.
@@ -186,12 +152,10 @@ class Progress:
         **Arguments:**
         - `message`: the text (no trailing newline needed).
         """
-        if self.tty and self._last_width:
-            self.stream.write("\r" + " " * self._last_width + "\r")
-        self.stream.write(message + "\n")
-        if self.tty and self._last_width and not self._closed:
-            self._draw()
+        if self.bar is not None:
+            self.bar.write(message, file=self.stream)
         else:
+            self.stream.write(message + "\n")
             self.stream.flush()
 
     def close(self) -> None:
@@ -199,10 +163,8 @@ class Progress:
         if self._closed:
             return
         self._closed = True
-        if self.tty:
-            self._draw()
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.close()
         elif self.total is None or self._last_decile < 10:
             self._print_line()
 

@@ -1,238 +1,167 @@
-"""A minimal TensorBoard event-file writer (scalars only), without TensorFlow or protobuf.
+"""TensorBoard logging through tensorboardX (no PyTorch or TensorFlow needed).
 
-An event file is a sequence of TFRecords. Each record is
+`EventWriter` writes one run's event files under `run_dir/tensorboard/`: the metric scalars,
+per epoch the SSM parameters of every layer (`ssm_statistics`), the resolved config as text
+and, at the end of a run, its hyperparameters and final metrics for the HParams tab.
 
-    uint64 length (little endian) | uint32 masked_crc32c(length bytes)
-    | data | uint32 masked_crc32c(data)
-
-where `data` is a serialised `tensorflow.Event` protobuf. Only the fields needed for scalars
-are encoded by hand:
-
-    Event      { double wall_time = 1; int64 step = 2; string file_version = 3;
-                 Summary summary = 5; SessionLog session_log = 6; }
-    Summary    { repeated Value value = 1; }
-    Value      { string tag = 1; float simple_value = 2; }
-    SessionLog { SessionStatus status = 1; }   // START = 1
-
-The first record of a file carries `file_version = "brain.Event:2"`. A `SessionLog.START`
-event at step s makes TensorBoard discard the events at steps ≥ s that an earlier (killed) run
-wrote, so a resumed run does not show duplicated curves.
+A resumed run opens its writer with `purge_step` = the first step it will write again: the
+new event file starts with a `SessionLog.START` at that step and TensorBoard drops the events
+at steps ≥ it that the killed run had written, so every step is shown once.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import socket
-import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-__all__ = [
-    "EventWriter",
-    "crc32c",
-    "encode_event",
-    "frame_record",
-    "masked_crc32c",
-]
+import jax
+import numpy as np
+from tensorboardX import SummaryWriter
+from tensorboardX.summary import hparams as hparams_summaries
 
-_CRC32C_POLY = 0x82F63B78  # Castagnoli polynomial, bit-reversed
-_MASK_DELTA = 0xA282EAD8
-_FILE_VERSION = "brain.Event:2"
-_SESSION_START = 1
+from ..nn import S5SSM
+
+__all__ = ["EventWriter", "flat_hparams", "ssm_statistics"]
 
 
-def _crc32c_table() -> tuple[int, ...]:
-    """The 256-entry lookup table of the reflected CRC-32C."""
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ _CRC32C_POLY if crc & 1 else crc >> 1
-        table.append(crc)
-    return tuple(table)
+def _ssm_layers(model: Any) -> list[S5SSM]:
+    """The S5SSM modules of `model`, in tree order."""
+    leaves = jax.tree_util.tree_leaves(model, is_leaf=lambda x: isinstance(x, S5SSM))
+    return [leaf for leaf in leaves if isinstance(leaf, S5SSM)]
 
 
-_TABLE = _crc32c_table()
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli) of `data`, as used by TFRecord.
+def ssm_statistics(model: Any) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """What TensorBoard shows of each SSM layer: its timescales, eigenvalues and matrix sizes.
 
     **Arguments:**
-    - `data`: the bytes to checksum.
+    - `model`: a model (any pytree) holding `S5SSM` layers.
 
-    **Returns:** the checksum as an unsigned 32-bit integer.
+    **Returns:** `(histograms, scalars)`. Per layer `i` (tree order) the histograms
+    `ssm/layer{i}/Lambda_re`, `.../Lambda_im` (the stored eigenvalues Λ, one entry per state)
+    and `.../Delta` (Δ = exp(log_step)); the scalars `ssm/layer{i}/B_norm` and
+    `.../C_norm`, the Frobenius norms ‖B̃‖ and ‖C̃‖ of the complex matrices.
     """
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+    histograms, scalars = {}, {}
+    for i, layer in enumerate(_ssm_layers(model)):
+        names = ("Lambda_re", "Lambda_im", "log_step", "B_re", "B_im", "C_re", "C_im")
+        p = jax.device_get({k: getattr(layer, k) for k in names})
+        p = {k: np.asarray(v, np.float64) for k, v in p.items()}
+        name = f"ssm/layer{i}"
+        histograms[f"{name}/Lambda_re"] = p["Lambda_re"]
+        histograms[f"{name}/Lambda_im"] = p["Lambda_im"]
+        histograms[f"{name}/Delta"] = np.exp(p["log_step"])
+        for m in ("B", "C"):
+            squares = p[f"{m}_re"] ** 2 + p[f"{m}_im"] ** 2
+            scalars[f"{name}/{m}_norm"] = float(np.sqrt(np.sum(squares)))
+    return histograms, scalars
 
 
-def masked_crc32c(data: bytes) -> int:
-    """The masked CRC-32C that TFRecord stores (rotate right by 15, add a constant).
+def flat_hparams(tree: Mapping[str, Any], prefix: str = "") -> dict[str, bool | int | float | str]:
+    """A nested config dict as `section.key → value`, the values HParams can show.
 
     **Arguments:**
-    - `data`: the bytes to checksum.
+    - `tree`: nested dicts (e.g. `s5jax.config.to_dict(config)`).
+    - `prefix`: prepended to every key.
 
-    **Returns:** the masked checksum as an unsigned 32-bit integer.
+    **Returns:** booleans, numbers and strings as they are; lists and tuples as their `str`;
+    `None` dropped (HParams has no missing value).
     """
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-
-
-def frame_record(data: bytes) -> bytes:
-    """Wrap `data` in TFRecord framing.
-
-    **Arguments:**
-    - `data`: the record payload.
-
-    **Returns:** length, masked CRC of the length, payload and masked CRC of the payload.
-    """
-    header = struct.pack("<Q", len(data))
-    return (
-        header
-        + struct.pack("<I", masked_crc32c(header))
-        + data
-        + struct.pack("<I", masked_crc32c(data))
-    )
-
-
-def _varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative integer (< 2**64)."""
-    out = bytearray()
-    while True:
-        bits = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(bits | 0x80)
-        else:
-            out.append(bits)
-            return bytes(out)
-
-
-def _key(field: int, wire_type: int) -> bytes:
-    """Protobuf field key."""
-    return _varint((field << 3) | wire_type)
-
-
-def _length_delimited(field: int, payload: bytes) -> bytes:
-    """A length-delimited (wire type 2) protobuf field."""
-    return _key(field, 2) + _varint(len(payload)) + payload
-
-
-def _float32(value: float) -> bytes:
-    """Little-endian float32; values beyond the float32 range become ±inf."""
-    try:
-        return struct.pack("<f", value)
-    except OverflowError:
-        return struct.pack("<f", math.copysign(math.inf, value))
-
-
-def _summary_value(tag: str, value: float) -> bytes:
-    """A serialised `Summary.Value` with a tag and a simple (float) value."""
-    return _length_delimited(1, tag.encode("utf-8")) + _key(2, 5) + _float32(value)
-
-
-def encode_event(
-    wall_time: float,
-    step: int,
-    *,
-    file_version: str | None = None,
-    scalars: Mapping[str, float] | None = None,
-    session_start: bool = False,
-) -> bytes:
-    """Serialise one `tensorflow.Event` protobuf.
-
-    **Arguments:**
-    - `wall_time`: seconds since the Unix epoch.
-    - `step`: the global step (int64; negative values are encoded as two's complement).
-    - `file_version`: if given, the `file_version` field (first event of a file).
-    - `scalars`: if given, a `Summary` with one simple value per tag.
-    - `session_start`: add a `SessionLog` with status START.
-
-    **Returns:** the serialised event.
-    """
-    out = _key(1, 1) + struct.pack("<d", wall_time)
-    out += _key(2, 0) + _varint(int(step) & 0xFFFFFFFFFFFFFFFF)
-    if file_version is not None:
-        out += _length_delimited(3, file_version.encode("utf-8"))
-    if scalars:
-        summary = b"".join(
-            _length_delimited(1, _summary_value(tag, float(v))) for tag, v in scalars.items()
-        )
-        out += _length_delimited(5, summary)
-    if session_start:
-        out += _length_delimited(6, _key(1, 0) + _varint(_SESSION_START))
+    out: dict[str, bool | int | float | str] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flat_hparams(value, f"{name}."))
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        elif value is not None:
+            out[name] = str(value)
     return out
 
 
-def _event_file_path(log_dir: Path, wall_time: float) -> Path:
-    """A fresh event-file name `events.out.tfevents.<int time>.<hostname>[.<n>]`."""
-    base = f"events.out.tfevents.{int(wall_time)}.{socket.gethostname()}"
-    path = log_dir / base
-    n = 0
-    while path.exists():
-        n += 1
-        path = log_dir / f"{base}.{n}"
-    return path
-
-
 class EventWriter:
-    """Writes scalar summaries to a new TensorBoard event file in `log_dir`.
+    """TensorBoard event files of one run, written with tensorboardX's `SummaryWriter`.
 
     **Arguments:**
-    - `log_dir`: directory of the event file (created if missing).
-    - `clock`: wall-clock function (seconds since the epoch), for the event times.
+    - `log_dir`: directory of the event files (created if missing).
+    - `purge_step`: for a resumed run, the first step it writes: TensorBoard drops the events
+      an earlier run wrote at this step and after.
 
-    Every `add_scalars` call writes one record and flushes it, so a killed run keeps complete
-    records. Use as a context manager or call `close()`.
+    Every call flushes, so a killed run keeps what it logged. Use as a context manager or call
+    `close()`.
     """
 
-    def __init__(self, log_dir: str | os.PathLike, *, clock: Callable[[], float] = time.time):
+    def __init__(self, log_dir: str | os.PathLike, *, purge_step: int | None = None):
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._clock = clock
-        now = clock()
-        self.path = _event_file_path(self.log_dir, now)
-        self._file = open(self.path, "xb")
-        self._write(encode_event(now, 0, file_version=_FILE_VERSION))
-
-    def _write(self, event: bytes) -> None:
-        """Frame, write and flush one serialised event."""
-        self._file.write(frame_record(event))
-        self._file.flush()
+        # tensorboardX names files by the second and truncates an existing one; a nanosecond
+        # suffix keeps two writers of the same second apart, in the order they were opened.
+        self._writer = SummaryWriter(
+            str(self.log_dir), purge_step=purge_step, filename_suffix=f".{time.time_ns()}"
+        )
 
     def add_scalars(
         self, scalars: Mapping[str, float], step: int, wall_time: float | None = None
     ) -> None:
-        """Write one event holding the given scalars.
+        """One scalar event per tag.
 
         **Arguments:**
         - `scalars`: tag → value (converted with `float`).
         - `step`: the global step.
-        - `wall_time`: event time; defaults to the clock.
+        - `wall_time`: event time; defaults to now.
         """
-        if not scalars:
-            return
-        t = self._clock() if wall_time is None else wall_time
-        self._write(encode_event(t, step, scalars=scalars))
+        for tag, value in scalars.items():
+            self._writer.add_scalar(tag, float(value), step, walltime=wall_time)
+        self._writer.flush()
 
-    def session_start(self, step: int) -> None:
-        """Write a `SessionLog.START` event: TensorBoard drops earlier events at steps ≥ `step`.
+    def add_histograms(self, histograms: Mapping[str, np.ndarray], step: int) -> None:
+        """One histogram per tag (e.g. the output of `ssm_statistics`).
 
         **Arguments:**
-        - `step`: the first step of the resumed run.
+        - `histograms`: tag → values (any shape; flattened).
+        - `step`: the global step.
         """
-        self._write(encode_event(self._clock(), step, session_start=True))
+        for tag, values in histograms.items():
+            self._writer.add_histogram(tag, np.asarray(values, np.float64).ravel(), step)
+        self._writer.flush()
+
+    def add_text(self, tag: str, text: str, step: int = 0) -> None:
+        """A text summary (Markdown), e.g. the resolved config in a code block.
+
+        **Arguments:**
+        - `tag`: the tag (tensorboardX appends `/text_summary`).
+        - `text`: Markdown text.
+        - `step`: the global step.
+        """
+        self._writer.add_text(tag, text, step)
+        self._writer.flush()
+
+    def add_hparams(
+        self, hparams: Mapping[str, Any], metrics: Mapping[str, float | None], step: int
+    ) -> None:
+        """This run's hyperparameters and final metrics, for TensorBoard's HParams tab.
+
+        Unlike `SummaryWriter.add_hparams` (which opens a sub-run), the summaries go into this
+        run's own event file, so the HParams tab links each session to its curves.
+
+        **Arguments:**
+        - `hparams`: name → bool, number or string (see `flat_hparams`).
+        - `metrics`: tag → final value (also written as scalars at `step`; `None` skipped).
+        - `step`: the step of the final metric values.
+        """
+        metrics = {k: float(v) for k, v in metrics.items() if v is not None}
+        experiment, start, end = hparams_summaries(dict(hparams), metrics)
+        file_writer = self._writer.file_writer
+        for summary in (experiment, start, end):
+            file_writer.add_summary(summary, step)
+        self.add_scalars(metrics, step)
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
-        if not self._file.closed:
-            self._file.close()
+        """Flush and close the event file (idempotent)."""
+        self._writer.close()
 
     def __enter__(self) -> EventWriter:
         return self
