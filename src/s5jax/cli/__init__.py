@@ -7,6 +7,7 @@ s5jax train --data FILE.npz [--set ...]        your own data, default model
 s5jax eval RUN_DIR [--split test] [--step-rescale R] [--checkpoint best|latest]
 s5jax predict RUN_DIR --out PRED.npz [--data FILE.npz|DATASET] [--split NAME] [--stream]
 s5jax export RUN_DIR --out DIR [--checkpoint best|latest] [--length L] [--overwrite]
+s5jax plot RUN [RUN ...] --out FILE.png [--metric NAME]   compare runs' curves
 s5jax list
 s5jax config EXPERIMENT|CONFIG.toml [--set a.b=c ...]   the resolved config as TOML
 s5jax data prepare NAME [--source PATH] [--generate [--count N] [--seed S]]
@@ -136,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _predict_parser(sub)
     _export_parser(sub)
+    _plot_parser(sub)
 
     sub.add_parser(
         "list",
@@ -311,6 +313,34 @@ def _export_parser(sub) -> None:
     )
 
 
+def _plot_parser(sub) -> None:
+    plot = sub.add_parser(
+        "plot",
+        help="compare the curves of several runs in one PNG",
+        description="Plot one metric per epoch of several runs in one PNG (log y for positive "
+        "losses and errors;\nthe paper's figure dashed when every run's config records the "
+        "same one; stars at each\nrun's best-validation epoch).",
+        epilog=_examples(
+            "s5jax plot runs/seed0 runs/seed1 runs/seed2 --out seeds.png",
+            "s5jax plot runs/pendulum runs/pendulum-drop --out drop.png --metric val_mse",
+        ),
+        formatter_class=_RAW,
+    )
+    plot.add_argument(
+        "runs", nargs="+", type=Path, metavar="RUN", help="run directories written by `s5jax train`"
+    )
+    plot.add_argument(
+        "--out", type=Path, required=True, metavar="FILE.png", help="the PNG file to write"
+    )
+    plot.add_argument(
+        "--metric",
+        metavar="NAME",
+        help="a key of the runs' epoch records in metrics.jsonl, e.g. val_accuracy, "
+        "train_loss, test_mse (default: the first of val_accuracy, val_mse, val_loss, "
+        "train_loss the first run has)",
+    )
+
+
 def _cpu_devices(n: int) -> None:
     """Ask XLA for `n` CPU devices; takes effect only if JAX has not started yet."""
     if n < 1:
@@ -398,6 +428,14 @@ def _export(args) -> int:
     return 0
 
 
+def _plot(args) -> int:
+    from ..train import plot_runs
+
+    out = plot_runs(args.runs, args.out, metric=args.metric)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
 def _config(args) -> int:
     from ..config import load_experiment, to_toml
 
@@ -407,17 +445,14 @@ def _config(args) -> int:
 
 def _list(_args) -> int:
     from ..config import list_experiments, load_experiment
-    from ..train import DATA_SOURCES, data_status
+    from ..train import DATA_SOURCES, data_status, summary_table
 
     rows = []
     for name in list_experiments():
         cfg = load_experiment(name)
-        paper = cfg.paper.value if cfg.paper and cfg.paper.value is not None else "–"
-        rows.append((name, cfg.data.dataset, data_status(cfg.data.dataset), str(paper)))
-    table = [("experiment", "dataset", "data", "paper"), *rows]
-    widths = [max(len(r[i]) for r in table) for i in range(4)]
-    for row in table:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+        paper = cfg.paper.value if cfg.paper else None
+        rows.append((name, cfg.data.dataset, data_status(cfg.data.dataset), paper))
+    print(summary_table(rows, ["experiment", "dataset", "data", "paper"], float_format="g"))
     print("\nWhere the data comes from (data root: $S5JAX_DATA, default ./data):")
     for dataset, source in DATA_SOURCES.items():
         print(f"  {dataset:<11} {source}")
@@ -575,6 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         "predict": _predict,
         "export": _export,
         "list": _list,
+        "plot": _plot,
         "config": _config,
         "data": _prepare,
     }

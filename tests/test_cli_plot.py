@@ -1,0 +1,58 @@
+"""`s5jax plot`: a comparison PNG of several runs, and one-line errors for what is missing."""
+
+import json
+
+import pytest
+from PIL import Image
+
+from s5jax.cli import main
+from s5jax.config import dump_json, load_experiment
+from s5jax.train import MetricsLogger
+from s5jax.train._plots import COMPARISON_SIZE
+
+
+def _run_dir(path, n_epochs, best_epoch):
+    with MetricsLogger(path, tensorboard=False) as log:
+        for e in range(1, n_epochs + 1):
+            log.log_epoch(10 * e, e, train_loss=1.0 / e, val_accuracy=0.1 * e, val_loss=2.0 / e)
+    dump_json(load_experiment("listops"), path / "config.json")
+    (path / "results.json").write_text(json.dumps({"best_epoch": best_epoch}))
+    return path
+
+
+def test_plot_writes_a_png_of_several_runs(tmp_path, capsys):
+    a = _run_dir(tmp_path / "a", 3, 3)
+    b = _run_dir(tmp_path / "b", 5, 4)
+    out = tmp_path / "cmp.png"
+    assert main(["plot", str(a), str(b), "--out", str(out)]) == 0
+    assert str(out) in capsys.readouterr().err
+    with Image.open(out) as image:
+        assert image.format == "PNG" and image.size == COMPARISON_SIZE
+    assert main(["plot", str(a), "--out", str(out), "--metric", "train_loss"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda d: None, "does not exist"),
+        (lambda d: d.mkdir(), "metrics.jsonl not found"),
+        (lambda d: _run_dir(d, 2, 1), "no run has the metric 'nope'"),
+    ],
+)
+def test_plot_errors_are_one_line(tmp_path, capsys, setup, message):
+    run = tmp_path / "run"
+    setup(run)
+    code = main(["plot", str(run), "--out", str(tmp_path / "x.png"), "--metric", "nope"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("s5jax plot: error: ") and message in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_help_has_an_example(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["plot", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "s5jax plot runs/" in out and "--metric NAME" in out
