@@ -432,7 +432,7 @@ def _plot(args) -> int:
     from ..train import plot_runs
 
     out = plot_runs(args.runs, args.out, metric=args.metric)
-    print(f"wrote {out}", file=sys.stderr)
+    log.info("wrote %s", out)
     return 0
 
 
