@@ -126,6 +126,24 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_pat
     ckpt.close()
 
 
+def test_nan_loss_found_at_a_fetch_names_its_step_and_the_fetched_range(tmp_path):
+    # With log_every = 4 the losses of steps 9-12 reach the host together, at step 12.
+    good = synthetic_dataset(seq_len=32, n_train=64, n_eval=32)
+    _run(tmp_path, "run", _cfg("train.epochs=1", "train.log_every=4"), dataset=good)
+    bad_x = np.array(good.splits["train"].x)
+    bad_x[:, 3] = np.nan
+    bad = type(good)(
+        good.name,
+        good.task,
+        {**good.splits, "train": Split(bad_x, good.splits["train"].y)},
+        n_classes=good.n_classes,
+    )
+    cfg = _cfg("train.epochs=2", "train.log_every=4")
+    with pytest.raises(TrainingDiverged, match=r"at step 9 \(epoch 2\) \(steps 9-12 checked"):
+        _run(tmp_path, "run", cfg, dataset=bad, resume=True)
+    assert [r["step"] for r in read_metrics(tmp_path / "run", kind="step")] == [4, 8]
+
+
 def test_batch_larger_than_the_data_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"data\.batch_size=128 is larger"):
         _run(tmp_path, "run", _cfg("data.batch_size=128"))
