@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,29 @@ SPLITS = ("train", "val", "test")
 _PER_SPLIT = ("x", "y", "lengths", "t")
 _SCALARS = ("n_classes", "vocab_size", "task", "per_step")
 _TASKS = ("classification", "regression")
+
+
+# What numpy, zipfile and zlib raise on a damaged or truncated file: a bad CRC or header
+# (BadZipFile, ValueError), a broken deflate stream (zlib.error, EOFError), an unsupported
+# compression method or zip feature read from flipped bits (NotImplementedError), a huge
+# size field (MemoryError, OverflowError), bytes that are not text (UnicodeDecodeError is a
+# ValueError), and read errors (OSError).
+_CORRUPT = (
+    OSError,
+    ValueError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+    NotImplementedError,
+    MemoryError,
+    OverflowError,
+)
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of an exception's message, for a one-line error."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 def _allowed_keys() -> list[str]:
@@ -75,23 +99,33 @@ class _Reader:
                 "np.savez(path, x_train=..., y_train=..., x_val=..., ...)"
             )
         try:
-            with np.load(path, allow_pickle=False) as npz:
-                self.keys = list(npz.files)
-                self.arrays = {key: self._read(npz, key) for key in self.keys}
+            # Our own handle: np.load leaks the one it opens when the zip directory is bad.
+            with path.open("rb") as f:
+                npz = np.load(f, allow_pickle=False)
+                if not isinstance(npz, np.lib.npyio.NpzFile):  # a damaged zip signature
+                    raise DatasetError(f"{path}: not an .npz file; write it again with np.savez")
+                with npz:
+                    self.keys = list(npz.files)
+                    self.arrays = {key: self._read(npz, key) for key in self.keys}
         except DatasetError:
             raise
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        except _CORRUPT as e:
             raise DatasetError(
-                f"{path}: cannot be read as an .npz file ({e}); write it with np.savez"
+                f"{path}: cannot be read as an .npz file ({_reason(e)}); the file is damaged "
+                "or not written with np.savez: write it again"
             ) from e
 
     def _read(self, npz, key: str) -> np.ndarray:
         try:
             arr = npz[key]
         except ValueError as e:
+            if "allow_pickle" not in str(e):
+                raise self.error(key, f"is corrupt ({_reason(e)}); write the file again") from e
             raise self.error(
                 key, f"cannot be loaded ({e}); store a numeric numpy array, not Python objects"
             ) from e
+        except _CORRUPT as e:
+            raise self.error(key, f"is corrupt ({_reason(e)}); write the file again") from e
         if arr.dtype.kind not in "biuf" and key != "task":
             raise self.error(
                 key,
