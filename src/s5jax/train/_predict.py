@@ -10,6 +10,7 @@ through the model's online API instead; for causal models the outputs are the sa
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -577,12 +578,8 @@ def export_run(
         raise ValueError(f"--out {out} exists and is not empty; pass --overwrite or a new folder")
     if length is not None and length < 1:
         raise ValueError(f"--length must be at least 1, got {length}")
-    try:
-        import flatbuffers  # noqa: F401 - jax.export's serialisation needs it
-    except ImportError:
-        raise ValueError(
-            "s5jax export needs the flatbuffers package: pip install flatbuffers"
-        ) from None
+    if importlib.util.find_spec("flatbuffers") is None:  # jax.export serialises with it
+        raise ValueError("s5jax export needs the flatbuffers package: pip install flatbuffers")
     run = load_run(run_dir, which, dataset=dataset)
     expect = _Expect.of(run)
     model = eqx.combine(run.params, run.static)
