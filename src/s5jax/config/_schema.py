@@ -233,7 +233,7 @@ class DataConfig:
     (when given, it documents and checks the expected length). `n_train`/`n_eval` limit the
     number of examples (generated datasets make that many; read ones are truncated): for smoke
     tests. `zero_shot_8khz` (speech) also evaluates on every-other-sample 8 kHz val/test sets
-    with Δ doubled. `pendulum_sample_rate` is the fraction of the 100 simulated frames kept.
+    with Δ doubled.
     """
 
     dataset: str = "synthetic"
@@ -244,16 +244,11 @@ class DataConfig:
     n_train: int | None = None
     n_eval: int | None = None
     zero_shot_8khz: bool = False
-    pendulum_sample_rate: float = 0.5
 
     def __post_init__(self) -> None:
         check_fields(self, "data")
         _require(bool(self.dataset.strip()), "data.dataset must not be empty")
         _positive(self, "data", "batch_size", "eval_batch_size", "seq_len", "n_train", "n_eval")
-        _require(
-            0 < self.pendulum_sample_rate <= 1,
-            f"data.pendulum_sample_rate = {self.pendulum_sample_rate!r}: must be in (0, 1]",
-        )
 
     @property
     def resolved_eval_batch_size(self) -> int:
@@ -266,7 +261,7 @@ class TrainConfig:
     """The epoch loop: length, seed, evaluation, early stopping, checkpoints and logging.
 
     `early_stop_patience` is in epochs without a val improvement (None: never stop early);
-    `eval_every` in epochs; `log_every` in optimiser steps. The test split is evaluated when
+    `log_every` in optimiser steps. Val is evaluated after every epoch; the test split when
     val improves (the reported figure is the test metric at the best-val epoch, so nothing
     else is needed); `test_every_epoch = true` evaluates it after every epoch as well, for
     curves, at the cost of one more pass over the test split per epoch.
@@ -275,7 +270,6 @@ class TrainConfig:
     epochs: int = 100
     seed: int = 0
     early_stop_patience: int | None = None
-    eval_every: int = 1
     save_best: bool = True
     save_last: bool = True
     log_every: int = 100
@@ -283,7 +277,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "train")
-        _positive(self, "train", "epochs", "early_stop_patience", "eval_every", "log_every")
+        _positive(self, "train", "epochs", "early_stop_patience", "log_every")
         _nonnegative(self, "train", "seed")
 
 
