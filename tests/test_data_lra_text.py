@@ -6,6 +6,8 @@ readers; the expected token ids are worked out by hand from the S4/S5 rules (`da
 (counted after truncation) by descending count, ties in string order.
 """
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -355,8 +357,37 @@ def test_aan_missing_folder(tmp_path, monkeypatch):
     assert str(tmp_path / "root" / "lra_release" / "lra_release" / "tsv_data") in msg
 
 
-def test_progress_goes_to_stderr(tmp_path, capsys):
+def test_progress_is_logged_not_printed(tmp_path, capsys, caplog):
     write_listops(tmp_path, LISTOPS_ROWS)
-    prepare_listops(tmp_path, tmp_path / "out")
-    captured = capsys.readouterr()
-    assert "[listops train] 2 done" in captured.err and captured.out == ""
+    with caplog.at_level(logging.INFO, logger="s5jax.data"):
+        prepare_listops(tmp_path, tmp_path / "out")
+    assert "[listops train] 2 done" in caplog.text
+    assert capsys.readouterr().out == ""
+
+
+def test_progress_uses_the_installed_bar(tmp_path):
+    """With a factory installed (the `s5jax` command installs the trainer's bar), each
+    loop's bar reaches the number of items and is closed."""
+    from s5jax.data import set_progress_factory
+
+    bars = []
+
+    class Bar:
+        def __init__(self, label, total):
+            self.label, self.total, self.n, self.closed = label, total, 0, False
+            bars.append(self)
+
+        def update(self, n):
+            self.n += n
+
+        def close(self):
+            self.closed = True
+
+    write_listops(tmp_path, LISTOPS_ROWS)
+    previous = set_progress_factory(Bar)
+    try:
+        prepare_listops(tmp_path, tmp_path / "out")
+    finally:
+        set_progress_factory(previous)
+    train = [b for b in bars if b.label == "listops train"]
+    assert len(train) == 1 and train[0].n == 2 and train[0].closed

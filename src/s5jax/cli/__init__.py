@@ -594,6 +594,12 @@ def _configure_logging(quiet: bool, verbose: bool) -> None:
     log.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
 
 
+def _data_progress(label: str, total: int | None):
+    from ..train._progress import Progress
+
+    return Progress(total, label, sys.stderr, unit="item")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the `s5jax` command; returns the exit status."""
     # Before JAX starts its CPU backend: XLA's per-step buffers stay in the heap (s5jax._malloc).
@@ -603,6 +609,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     _configure_logging(args.quiet, args.verbose)
+    from ..data import set_progress_factory
+
+    # Dataset preparation draws its progress with the trainer's bar (tqdm on a terminal, 10 %
+    # lines otherwise); `-q` leaves only its log lines, which the level then hides.
+    set_progress_factory(None if args.quiet else _data_progress)
     log.debug("s5jax %s; glibc allocator tuning %s", __version__, "on" if tuned else "off")
     handlers = {
         "train": _train,

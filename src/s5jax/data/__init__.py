@@ -16,6 +16,7 @@ from ._common import (
     atomic_write_bytes,
     atomic_write_text,
     data_root,
+    set_progress_factory,
 )
 from ._imdb import prepare_text
 from ._listops import (
@@ -80,6 +81,7 @@ __all__ = [
     "prepare_speech_commands",
     "prepare_text",
     "save_prepared",
+    "set_progress_factory",
     "subsample_indices",
     "torch_randperm",
 ]

@@ -8,11 +8,12 @@ into place only when complete.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ __all__ = [
     "atomic_write_text",
     "data_root",
     "read_generated",
+    "set_progress_factory",
 ]
 
 #: The file a generator writes next to the data it generates (`"generated": true`, the
@@ -34,6 +36,29 @@ __all__ = [
 GENERATED_FILE = "generator.json"
 
 DATA_ROOT_ENV = "S5JAX_DATA"
+
+
+#: Progress and notes of dataset preparation: logged, so the `s5jax` command's `-q`/`-v`
+#: (and a library user's logging configuration) decide what is shown.
+log = logging.getLogger("s5jax.data")
+
+#: `(label, total) -> bar` with `update(n)` and `close()`, installed by the `s5jax` command
+#: (a tqdm bar on a terminal); `None`: progress lines go to `log`. `data` itself stays free
+#: of progress-bar libraries (numpy, Pillow and the standard library only).
+_progress_factory: Callable[[str, int | None], object] | None = None
+
+
+def set_progress_factory(factory: Callable[[str, int | None], object] | None):
+    """Draw dataset-preparation progress with `factory(label, total)` (an object with
+    `update(n)` and `close()`), or with log lines when `None`. Returns the previous one."""
+    global _progress_factory
+    previous, _progress_factory = _progress_factory, factory
+    return previous
+
+
+def progress_factory() -> Callable[[str, int | None], object] | None:
+    """The factory installed by `set_progress_factory`, or `None`."""
+    return _progress_factory
 
 
 class DatasetError(ValueError):

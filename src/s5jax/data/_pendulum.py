@@ -16,7 +16,6 @@ N sequences per split, f the per-frame weight of the clean image in the noisy fr
 from __future__ import annotations
 
 import hashlib
-import sys
 import time
 import zipfile
 import zlib
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ._common import DatasetError, atomic_save_npz, data_root
+from ._common import DatasetError, atomic_save_npz, data_root, log
 from ._prepared import PreparedDataset, Split
 
 __all__ = [
@@ -229,7 +228,9 @@ def _quiet(_: str) -> None:
 
 
 def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    """Progress of the generation, logged (logger `s5jax.data`; shown by the `s5jax`
+    command unless `-q`)."""
+    log.info("%s", message)
 
 
 def sample_pendulum_split(

@@ -20,14 +20,13 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ._common import DatasetError
+from ._common import DatasetError, log, progress_factory
 from ._prepared import PreparedDataset, load_prepared
 
 __all__ = [
@@ -179,18 +178,37 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 class Progress:
-    """Plain progress lines on stderr every `every` items (silent when `enabled` is false)."""
+    """Progress of one preparation loop (silent when `enabled` is false).
+
+    A bar from the installed factory (`set_progress_factory`; the `s5jax` command installs a
+    tqdm bar for terminals), else a log line (logger `s5jax.data`) every `every` items.
+    `step` takes the number of items done so far.
+    """
 
     def __init__(self, label: str, total: int, *, enabled: bool, every: int):
         self.label, self.total, self.enabled, self.every = label, total, enabled, every
+        factory = progress_factory() if enabled else None
+        self._bar = factory(label, total) if factory is not None else None
+        self._reported = 0
 
     def step(self, done: int) -> None:
-        if self.enabled and done % self.every == 0:
-            print(f"[{self.label}] {done}/{self.total}", file=sys.stderr, flush=True)
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.update(done - self._reported)
+            self._reported = done
+        elif done % self.every == 0:
+            log.info("[%s] %d/%d", self.label, done, self.total)
 
     def done(self, n: int) -> None:
-        if self.enabled:
-            print(f"[{self.label}] {n} done", file=sys.stderr, flush=True)
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.update(n - self._reported)
+            self._reported = n
+            self._bar.close()
+        else:
+            log.info("[%s] %d done", self.label, n)
 
 
 def reuse_prepared(out: Path, provenance: dict) -> PreparedDataset | None:
