@@ -272,7 +272,11 @@ def train_and_evaluate(
         "epochs": [],
     }
     if resume and ckpt.latest_step() is not None:
-        tree, history = ckpt.restore("latest", run.train_state())
+        try:
+            tree, history = ckpt.restore("latest", run.train_state())
+        except BaseException:  # close the managers on a failed restore too
+            ckpt.close()
+            raise
         run.load_train_state(tree)
         print(f"resumed from epoch {history['epoch']} (step {history['step']})", file=out)
     logger = MetricsLogger(workdir, resume_step=history["step"] if resume else None)
