@@ -8,6 +8,9 @@ to check them. Run it in a throwaway environment, never in the package's own::
     /tmp/torchvenv/bin/pip install torch==2.13.0 numpy
     /tmp/torchvenv/bin/python scripts/make_splits.py
 
+It also writes `tests/torch_reference.npz`: small torch outputs the tests compare against
+without torch (`write_test_reference`).
+
 Each file holds one array `perm` = `torch.randperm(n, generator=torch.Generator().manual_seed(42))`,
 stored as uint16. `random_split` cuts it into consecutive blocks.
 
@@ -51,5 +54,29 @@ def main(folder: Path | None = None) -> None:
         print(f"wrote {path} ({path.stat().st_size} bytes)", file=sys.stderr)
 
 
+#: (n, seed) of the small permutations the tests compare the numpy port against.
+TEST_CASES = ((1, 42), (2, 42), (777, 42), (5000, 7))
+
+
+def write_test_reference(path: Path | None = None) -> None:
+    """torch's outputs that `tests/test_data_image_audio.py` checks without torch (16 KB).
+
+    `perm_{n}_{seed}`: `torch.randperm(n)` for each of `TEST_CASES`; `cifar_gray`: ToTensor
+    then Normalize(122.6/255, 61.0/255) of the 256 uint8 values in torch's float32 arithmetic.
+    """
+    import torch
+
+    default = Path(__file__).resolve().parents[1] / "tests" / "torch_reference.npz"
+    path = default if path is None else path
+    arrays = {f"perm_{n}_{seed}": torch_permutation(n, seed) for n, seed in TEST_CASES}
+    values = torch.arange(256, dtype=torch.uint8).float().div(255)
+    normalised = values.sub_(torch.as_tensor(122.6 / 255)).div_(torch.as_tensor(61.0 / 255))
+    arrays["cifar_gray"] = normalised.numpy()
+    arrays["torch_version"] = np.asarray(torch.__version__)
+    np.savez_compressed(path, **arrays)
+    print(f"wrote {path} ({path.stat().st_size} bytes)", file=sys.stderr)
+
+
 if __name__ == "__main__":
     main()
+    write_test_reference()
