@@ -78,3 +78,18 @@ def test_a_failed_json_encoding_keeps_the_old_file(tmp_path):
         atomic_write_json(target, {"a": object()})
     assert json.loads(target.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_the_package_writers_use_it(tmp_path, umask):
+    """run_info.json/results.json, a dumped config and the pendulum .npz were 0600 before."""
+    from s5jax.config import dump_json, load_experiment
+    from s5jax.data import atomic_save_npz
+    from s5jax.train._run_info import write_json
+
+    umask(0o022)
+    write_json(tmp_path / "results.json", {"b": 1, "a": 2})
+    dump_json(load_experiment("synthetic"), tmp_path / "config.json")
+    atomic_save_npz(tmp_path / "pendulum.npz", compressed=True, x=np.arange(3))
+    for name in ("results.json", "config.json", "pendulum.npz"):
+        assert _mode(tmp_path / name) == 0o644, name
+    assert (tmp_path / "results.json").read_text() == '{\n  "a": 2,\n  "b": 1\n}\n'

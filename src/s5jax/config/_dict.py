@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._atomic import atomic_write_text
 from ._schema import (
     DataConfig,
     ExperimentConfig,
@@ -109,19 +109,5 @@ def dump_json(cfg: ExperimentConfig, path: str | os.PathLike) -> Path:
     """
     path = Path(path)
     text = json.dumps(to_dict(cfg), indent=2) + "\n"
-    _atomic_write_text(path, text)
+    atomic_write_text(path, text)
     return path
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    # A local copy of s5jax.data's helper: s5jax.config must not import s5jax.data.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes files private; a dumped config is not secret
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

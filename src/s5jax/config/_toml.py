@@ -15,7 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ._dict import SECTIONS, _atomic_write_text
+from .._atomic import atomic_write_text
+from ._dict import SECTIONS
 from ._schema import ExperimentConfig
 from ._types import FloatTable, field_hints
 
@@ -110,5 +111,5 @@ def dump_toml(cfg: ExperimentConfig, path: str | os.PathLike) -> Path:
     **Returns:** the path written.
     """
     path = Path(path)
-    _atomic_write_text(path, to_toml(cfg))
+    atomic_write_text(path, to_toml(cfg))
     return path

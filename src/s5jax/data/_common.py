@@ -12,11 +12,12 @@ import logging
 import os
 import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
+
+from .._atomic import atomic_open, atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "DatasetError",
@@ -73,44 +74,17 @@ def data_root() -> Path:
     return Path(os.environ.get(DATA_ROOT_ENV, "data")).expanduser()
 
 
-@contextlib.contextmanager
-def _temporary_sibling(path: Path, suffix: str) -> Iterator[Path]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        os.replace(tmp_path, path)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` atomically (temporary sibling, then rename)."""
-    with _temporary_sibling(Path(path), ".tmp") as tmp:
-        tmp.write_bytes(data)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text` (UTF-8) to `path` atomically."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
 def atomic_save_npz(path: str | os.PathLike, *, compressed: bool = False, **arrays) -> None:
     """Save arrays to an `.npz` file atomically."""
     save = np.savez_compressed if compressed else np.savez
-    with _temporary_sibling(Path(path), ".npz") as tmp:
-        with open(tmp, "wb") as f:
-            save(f, **arrays)
+    with atomic_open(path) as f:
+        save(f, **arrays)
 
 
 def atomic_save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
     """Save one array to an `.npy` file atomically (readable with `np.load(mmap_mode='r')`)."""
-    with _temporary_sibling(Path(path), ".npy") as tmp:
-        with open(tmp, "wb") as f:
-            np.save(f, array)
+    with atomic_open(path) as f:
+        np.save(f, array)
 
 
 @contextlib.contextmanager

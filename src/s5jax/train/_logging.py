@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .._atomic import atomic_write_text
 from ._tensorboard import EventWriter
 
 __all__ = ["METRICS_FILE", "MetricsLogger", "read_metrics", "summary_table"]
@@ -105,12 +106,7 @@ def _dumps(record: Mapping[str, Any]) -> str:
 
 def _write_atomic(path: Path, text: str) -> None:
     """Replace `path` by `text` through a temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def _prepare_existing(path: Path, resume_step: int | None) -> None:

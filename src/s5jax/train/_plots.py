@@ -28,6 +28,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .._atomic import atomic_open
 from ..config import PaperResult, load_experiment
 from ._logging import METRICS_FILE, read_metrics
 
@@ -199,10 +200,8 @@ def curves_figure(
 
 def _save_atomic(figure: Figure, path: Path) -> Path:
     """Write a PNG through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    figure.savefig(tmp, format="png", dpi=DPI)
-    os.replace(tmp, path)
+    with atomic_open(path) as f:
+        figure.savefig(f, format="png", dpi=DPI)
     return path
 
 

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import jax
+
+from .._atomic import atomic_write_json
 
 __all__ = ["git_commit", "run_info", "write_json"]
 
@@ -62,13 +62,4 @@ def run_info(**extra: Any) -> dict[str, Any]:
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write `obj` as indented JSON, atomically (temporary sibling, then rename)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True, default=str)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write_json(path, obj, indent=2, sort_keys=True, default=str)
