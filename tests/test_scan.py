@@ -83,9 +83,15 @@ def test_final_state_continues_a_split_sequence(x64):
     np.testing.assert_allclose(np.asarray(rest), np.asarray(whole[17:]), rtol=1e-12)
 
 
-def test_auto_picks_sequential_on_cpu():
-    assert jax.default_backend() == "cpu"
-    assert core.resolve_scan_method("auto") == "sequential"
+def test_auto_picks_the_scan_of_the_backend_it_runs_on():
+    # Sequential on CPU (5-12x faster there, ARCHITECTURE.md), parallel on accelerators.
+    expected = "sequential" if jax.default_backend() == "cpu" else "parallel"
+    assert core.resolve_scan_method("auto") == expected
+    a, b = _random(np.random.default_rng(5), 20, 3, varying=True)
+    a, b = jnp.asarray(a, jnp.complex64), jnp.asarray(b, jnp.complex64)
+    auto, _ = core.linear_recurrence(a, b)
+    chosen, _ = core.linear_recurrence(a, b, method=expected)
+    np.testing.assert_array_equal(np.asarray(auto), np.asarray(chosen))
     with pytest.raises(ValueError, match="scan method must be"):
         core.resolve_scan_method("chunky")
 

@@ -9,6 +9,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,7 +35,7 @@ def _run(method, a, b, reverse, x0, resets):
     )
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     L=st.integers(1, 40),
     P=st.integers(1, 4),
@@ -69,7 +70,7 @@ def test_chunked_equals_sequential_and_parallel(
             )
 
 
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(
     L=st.integers(1, 30),
     T=st.integers(1, 7),
@@ -105,6 +106,26 @@ def test_chunked_gradients_equal_sequential(L, T, varying, reverse, with_x0, wit
         expected = jax.grad(loss, argnums=(0, 1, 2))(*args, "sequential")
         for g, e in zip(grads, expected):
             np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("varying", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("with_x0", [False, True])
+@pytest.mark.parametrize("with_resets", [False, True])
+def test_chunked_equals_sequential_in_every_mode(varying, reverse, with_x0, with_resets):
+    # Every branch at once, deterministically: L = 23 with T = 5 is four full chunks and a
+    # padded one, so an off-by-one at a chunk boundary or in the padding shows in every mode.
+    L, P, T = 23, 2, 5
+    rng = np.random.default_rng(7)
+    a, b = _random(rng, L, P, varying)
+    x0 = jnp.asarray(rng.normal(size=P) + 1j * rng.normal(size=P)) if with_x0 else None
+    resets = jnp.asarray(np.arange(L) % 7 == 3) if with_resets else None
+    with jax.enable_x64(True), _chunk_size(T):
+        args = (jnp.asarray(a), jnp.asarray(b), reverse, x0, resets)
+        xs, final = _run("chunked", *args)
+        xs_ref, final_ref = _run("sequential", *args)
+    np.testing.assert_allclose(np.asarray(xs), np.asarray(xs_ref), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(final), np.asarray(final_ref), rtol=1e-10, atol=1e-10)
 
 
 def test_chunked_under_jit_and_vmap_float32(getkey):

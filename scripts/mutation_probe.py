@@ -1,0 +1,319 @@
+"""Plant one plausible one-line bug at a time and see whether the tests that should notice do.
+
+Each mutation names a file under `src/s5jax/`, an exact fragment of one line, its replacement
+and the smallest tests that should fail (files or `file::test` node ids). For each, `src/` and
+`tests/` (with `pyproject.toml` and `scripts/`) are copied into a fresh temporary folder, the
+fragment is replaced there, and the tests run with `PYTHONPATH` set to the copy's `src`:
+
+    pytest -x -q -p no:cacheprovider -n 2 TESTS
+
+A failing run means the mutation was caught; a passing one that it survived (a missing test);
+a fragment that is not in its file exactly once is reported as stale and not run. The working
+tree is never touched.
+
+    .venv/bin/python scripts/mutation_probe.py                 # all of them
+    .venv/bin/python scripts/mutation_probe.py --only zoh-gamma-sign,chunk-carry-off-by-one
+    .venv/bin/python scripts/mutation_probe.py --limit 5 --repeat 8
+
+It prints a table and the score and writes `scripts/mutation_probe-results.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "scripts" / "mutation_probe-results.json"
+COPIED = ("src", "tests", "scripts", "pyproject.toml")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str  # relative to src/s5jax/
+    original: str  # an exact fragment of one line, present exactly once
+    replacement: str
+    tests: tuple[str, ...]
+    why: str
+
+
+M = Mutation
+EFFECTS = "tests/test_effects.py"
+MUTATIONS = (
+    # --- core: the paper's math ----------------------------------------------------------
+    M("zoh-gamma-sign", "core/_discretize.py", "(Lambda_bar - 1) / Lambda",
+      "(Lambda_bar + 1) / Lambda", ("tests/test_discretize.py",), "ZOH B̄ factor (Eq. 6)"),
+    M("zoh-drops-delta", "core/_discretize.py",
+      "Lambda_bar = jnp.exp(Lambda * Delta.astype(Lambda.dtype))",
+      "Lambda_bar = jnp.exp(Lambda)", ("tests/test_discretize.py",), "Λ̄ without Δ"),
+    M("bilinear-denominator", "core/_discretize.py", "denom = 1 - half", "denom = 1 + half",
+      ("tests/test_discretize.py",), "bilinear (1 − ΔΛ/2)"),
+    M("clip-eigs-max", "core/_discretize.py", "return jnp.minimum(Lambda_re, max_value)",
+      "return jnp.maximum(Lambda_re, max_value)", ("tests/test_discretize.py",),
+      "clip Re Λ from above"),
+    M("conj-sym-factor-2", "core/_ssm.py", "return 2 * y if conj_sym else y",
+      "return y if conj_sym else y", ("tests/test_ssm.py",), "missing conjugate factor 2"),
+    M("re-cx-sign", "core/_ssm.py", "return xs.real @ C.real.T - xs.imag @ C.imag.T",
+      "return xs.real @ C.real.T + xs.imag @ C.imag.T", ("tests/test_ssm.py",),
+      "Re(C̃x) sign of the imaginary product"),
+    M("bu-swapped-re-im", "core/_ssm.py",
+      "return jax.lax.complex(real @ M.real.T, real @ M.imag.T)",
+      "return jax.lax.complex(real @ M.imag.T, real @ M.real.T)", ("tests/test_ssm.py",),
+      "B̄u with real and imaginary parts swapped"),
+    M("step-multipliers-first", "core/_ssm.py", "[jnp.ones((1,), t.dtype), jnp.diff(t)]",
+      "[jnp.zeros((1,), t.dtype), jnp.diff(t)]", ("tests/test_ssm.py",),
+      "first Δ multiplier 0 instead of 1"),
+    M("scan-operator-order", "core/_scan.py", "return a_j * a_i, a_j * b_i + b_j",
+      "return a_j * a_i, a_i * b_j + b_i", ("tests/test_scan.py",),
+      "App. H binary operator applied in the wrong order"),
+    M("chunk-carry-off-by-one", "core/_scan.py", "return a_k * s + h_k, s  # emit",
+      "return a_k * s + h_k, a_k * s + h_k  # emit", ("tests/test_scan_chunked.py",),
+      "chunked scan carries the state leaving a chunk into the same chunk"),
+    M("chunk-reverse-last-step", "core/_scan.py", "last = 0 if reverse else -1",
+      "last = -1", ("tests/test_scan_chunked.py",),
+      "chunked scan, per-step a, reverse: wrong chunk-end step"),
+    M("hippo-diagonal", "core/_hippo.py", "np.diag(np.arange(N, dtype=np.float64))",
+      "np.diag(np.arange(1, N + 1, dtype=np.float64))", ("tests/test_hippo.py",),
+      "HiPPO-LegS diagonal −(n+1)"),
+    M("hippo-n-low-rank", "core/_hippo.py", "p_legs = np.sqrt(np.arange(N) + 0.5)",
+      "p_legs = np.sqrt(np.arange(N) + 1.5)", ("tests/test_hippo.py",),
+      "HiPPO-N low-rank term"),
+    M("hippo-conjugate-eigs", "core/_hippo.py", "Lambda = np.mean(diag) + 1j * Lambda_im",
+      "Lambda = np.mean(diag) - 1j * Lambda_im", ("tests/test_hippo.py",),
+      "eigenvalues conjugated against their eigenvectors"),
+    M("log-step-not-log", "core/_init.py", "np.log(dt_min), np.log(dt_max))",
+      "dt_min, dt_max)", ("tests/test_init.py",), "log Δ drawn uniform in Δ, not log Δ"),
+    # --- nn -------------------------------------------------------------------------------
+    M("ssm-drops-rescale", "nn/_ssm.py",
+      "Delta = jnp.exp(self.log_step) * jnp.asarray(step_rescale, self.log_step.dtype)",
+      "Delta = jnp.exp(self.log_step)", ("tests/test_layer.py",), "step_rescale ignored"),
+    M("ssm-lambda-swapped", "nn/_ssm.py", "return jax.lax.complex(re, self.Lambda_im)",
+      "return jax.lax.complex(self.Lambda_im, re)", ("tests/test_layer.py",),
+      "Λ with real and imaginary parts swapped"),
+    M("batchnorm-momentum", "nn/_norm.py",
+      "new = (m * running_mean + (1 - m) * mean, m * running_var + (1 - m) * var)",
+      "new = ((1 - m) * running_mean + m * mean, (1 - m) * running_var + m * var)",
+      ("tests/test_models.py",), "BatchNorm momentum used the wrong way round"),
+    M("batchnorm-variance", "nn/_norm.py", "jnp.mean(jnp.square(x - _row(mean, x)), axis=0)",
+      "jnp.mean(jnp.square(x), axis=0)", ("tests/test_models.py",),
+      "BatchNorm variance not centred"),
+    M("masked-mean-length", "nn/_heads.py", "mask = jnp.arange(x.shape[0]) < length",
+      "mask = jnp.arange(x.shape[0]) <= length", ("tests/test_models.py",),
+      "masked mean pooling one step too long"),
+    M("mean-pool-length", "nn/_heads.py", "return jnp.mean(x, axis=0)",
+      "return jnp.mean(x[1:], axis=0)", ("tests/test_models.py",),
+      "mean pooling over L − 1 steps"),
+    M("half-glu1-value", "nn/_layers.py", "out = g * gate", "out = y * gate",
+      ("tests/test_models.py",), "half_glu1 gates the raw SSM output"),
+    M("irregular-dt-dropped", "nn/_model.py",
+      'ssm_dt = dt if self.timestep_mode == "irregular" else None', "ssm_dt = None",
+      ("tests/test_models.py",), "irregular Δ never reaches the SSMs"),
+    # --- train ----------------------------------------------------------------------------
+    M("engine-dt-ones", "train/_engine.py",
+      'out["dt"] = np.concatenate([np.ones_like(t[:, :1]), np.diff(t, axis=1)], axis=1)',
+      'out["dt"] = np.ones_like(t)',
+      (f"{EFFECTS}::test_batch_conversion_turns_times_into_step_multipliers",),
+      "the engine feeds Δ multipliers of 1"),
+    M("engine-zero-shot-rescale", "train/_engine.py", "run.evaluate(split, 2.0)",
+      "run.evaluate(split, 1.0)",
+      (f"{EFFECTS}::test_zero_shot_8khz_splits_are_evaluated_at_step_rescale_2",),
+      "8 kHz zero-shot evaluated without doubling Δ"),
+    M("engine-plateau-not-applied", "train/_engine.py",
+      "run.opt_state = set_lr_scale(run.opt_state, plateau.scale)",
+      "run.opt_state = set_lr_scale(run.opt_state, 1.0)",
+      (f"{EFFECTS}::test_reduce_on_plateau_lowers_the_rate_after_patience_epochs",),
+      "reduce-on-plateau never reaches the optimiser"),
+    M("engine-early-stop-patience", "train/_engine.py",
+      "patience=cfg.train.early_stop_patience,", "patience=cfg.train.early_stop_patience + 1,",
+      (f"{EFFECTS}::test_early_stopping_stops_after_patience_epochs_without_improvement",),
+      "early stopping one epoch late"),
+    M("evaluate-run-rescale", "train/_runs.py", "result = run.evaluate(split, step_rescale)",
+      "result = run.evaluate(split)",
+      (f"{EFFECTS}::test_step_rescale_reaches_the_model_in_evaluate_run_and_eval",),
+      "evaluate_run drops step_rescale"),
+    M("optim-dt-global-dropped", "train/_optim.py",
+      "optimizer_groups(model, optim_cfg.partition, dt_global=optim_cfg.dt_global)",
+      "optimizer_groups(model, optim_cfg.partition, dt_global=False)",
+      (f"{EFFECTS}::test_dt_global_puts_log_step_under_the_global_rate_with_weight_decay",),
+      "dt_global never reaches the optimiser"),
+    M("schedule-warmup-off-by-one", "train/_schedule.py",
+      "warm = base * (s + 1).astype(jnp.float32) / self.warmup_steps",
+      "warm = base * s.astype(jnp.float32) / self.warmup_steps", ("tests/test_optim.py",),
+      "warm-up starts at 0 instead of base/W"),
+    M("plateau-patience", "train/_schedule.py", "if count > patience:",
+      "if count >= patience:", ("tests/test_optim.py",), "plateau reduces one epoch early"),
+    M("early-stop-patience", "train/_schedule.py",
+      "stop=patience is not None and count > patience",
+      "stop=patience is not None and count >= patience", ("tests/test_optim.py",),
+      "early stop one epoch early"),
+    M("eval-count-padding", "train/_steps.py", '"count": jnp.sum(mask.astype(jnp.int32)),',
+      '"count": mask.shape[0],',
+      ("tests/test_engine.py::test_steps_compile_once_despite_a_padded_last_batch",),
+      "padding rows counted in eval averages"),
+    M("gaussian-nll-half", "train/_steps.py",
+      "nll = 0.5 * (jnp.log(2 * jnp.pi * var) + (y - mean) ** 2 / var)",
+      "nll = (jnp.log(2 * jnp.pi * var) + (y - mean) ** 2 / var)", ("tests/test_models.py",),
+      "Gaussian NLL without the ½ (pendulum loss)"),
+    # --- data -----------------------------------------------------------------------------
+    M("epoch-order-ignores-epoch", "data/_batches.py",
+      "rng = np.random.default_rng([int(seed), int(epoch)])",
+      "rng = np.random.default_rng(int(seed))", ("tests/test_data_npz_batches.py",),
+      "the same order every epoch"),
+    M("batch-mask-padding", "data/_batches.py", "mask[:real] = True", "mask[:] = True",
+      ("tests/test_data_npz_batches.py",), "padding rows marked real"),
+    M("pendulum-times", "data/_pendulum.py",
+      "t = np.cumsum(np.r_[0.0, np.full(n_steps - 1, dt)]) / dt",
+      "t = np.cumsum(np.r_[dt, np.full(n_steps - 1, dt)]) / dt",
+      ("tests/test_data_pendulum.py",), "pendulum times start at 1 instead of 0"),
+    # --- cli ------------------------------------------------------------------------------
+    M("cli-eval-checkpoint", "cli/__init__.py",
+      "step_rescale=args.step_rescale, which=args.checkpoint",
+      'step_rescale=args.step_rescale, which="best"',
+      (f"{EFFECTS}::test_eval_checkpoint_option_picks_best_or_latest",),
+      "s5jax eval ignores --checkpoint"),
+    M("cli-eval-split", "cli/__init__.py", "split=args.split, step_rescale=args.step_rescale",
+      'split="test", step_rescale=args.step_rescale',
+      (f"{EFFECTS}::test_eval_split_option_evaluates_that_split",),
+      "s5jax eval ignores --split"),
+    M("cli-eval-rescale", "cli/__init__.py", "step_rescale=args.step_rescale, which=",
+      "step_rescale=1.0, which=",
+      (f"{EFFECTS}::test_step_rescale_reaches_the_model_in_evaluate_run_and_eval",),
+      "s5jax eval ignores --step-rescale"),
+)  # fmt: skip
+
+
+def _copy_tree(dest: Path) -> None:
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(
+                src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+            )
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+
+
+def _status(mutation: Mutation) -> str | None:
+    """`None` when the fragment is in its file exactly once, else why it is stale."""
+    path = ROOT / "src" / "s5jax" / mutation.file
+    if not path.is_file():
+        return f"stale: {mutation.file} does not exist"
+    count = path.read_text().count(mutation.original)
+    return None if count == 1 else f"stale: fragment found {count} times"
+
+
+def run_one(mutation: Mutation, *, workers: int, timeout: float) -> dict:
+    """Apply `mutation` to a fresh copy and run its tests; return the record."""
+    record = {**asdict(mutation), "tests": list(mutation.tests)}
+    stale = _status(mutation)
+    if stale is not None:
+        return {**record, "result": "stale", "detail": stale, "seconds": 0.0}
+    with tempfile.TemporaryDirectory(prefix="s5jax-mutant-") as tmp:
+        tmp = Path(tmp)
+        _copy_tree(tmp)
+        target = tmp / "src" / "s5jax" / mutation.file
+        target.write_text(target.read_text().replace(mutation.original, mutation.replacement))
+        env = {**os.environ, "PYTHONPATH": str(tmp / "src")}
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+        cmd += ["-n", str(workers)] if workers > 0 else []
+        cmd += list(mutation.tests)
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout
+            )
+            rc, tail = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[-1:]
+        except subprocess.TimeoutExpired:
+            rc, tail = None, ["timed out"]
+        seconds = time.perf_counter() - start
+    if rc == 1:
+        result = "caught"
+    elif rc == 0:
+        result = "survived"
+    else:  # collection errors, usage errors, timeouts: the run says nothing either way
+        result = "error"
+    return {**record, "result": result, "detail": " ".join(tail), "seconds": round(seconds, 1)}
+
+
+def _check_isolation() -> None:
+    """The copy's `src` must shadow the editable install, or every mutation would survive."""
+    with tempfile.TemporaryDirectory(prefix="s5jax-mutant-") as tmp:
+        shutil.copytree(ROOT / "src", Path(tmp) / "src")
+        env = {**os.environ, "PYTHONPATH": str(Path(tmp) / "src")}
+        out = subprocess.run(
+            [sys.executable, "-c", "import s5jax; print(s5jax.__file__)"],
+            env=env, capture_output=True, text=True, check=True, cwd=tmp,
+        ).stdout.strip()  # fmt: skip
+        if not out.startswith(str(tmp)):
+            raise SystemExit(f"PYTHONPATH does not shadow the installed s5jax ({out})")
+
+
+def _table(records: list[dict]) -> str:
+    width = max(len(r["name"]) for r in records)
+    lines = [f"{'mutation':<{width}}  {'result':<8}  {'s':>6}  tests"]
+    for r in records:
+        tests = ", ".join(t.replace("tests/", "") for t in r["tests"])
+        lines.append(f"{r['name']:<{width}}  {r['result']:<8}  {r['seconds']:>6}  {tests}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated mutation names")
+    parser.add_argument("--limit", type=int, help="run the first N (after --only)")
+    parser.add_argument("--repeat", type=int, default=1, help="run each N times (flaky tests)")
+    parser.add_argument("--workers", type=int, default=2, help="pytest -n (0: no xdist)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the JSON results file")
+    args = parser.parse_args(argv)
+
+    chosen = list(MUTATIONS)
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = sorted(set(names) - {m.name for m in MUTATIONS})
+        if unknown:
+            parser.error(f"unknown mutations: {', '.join(unknown)}")
+        chosen = [m for m in MUTATIONS if m.name in names]
+    if args.limit is not None:
+        chosen = chosen[: args.limit]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:<28} {m.file:<22} {m.why}")
+        return 0
+
+    _check_isolation()
+    records = []
+    for mutation in chosen:
+        for _ in range(args.repeat):
+            record = run_one(mutation, workers=args.workers, timeout=args.timeout)
+            records.append(record)
+            print(f"{record['name']}: {record['result']} ({record['seconds']} s)", flush=True)
+    ran = [r for r in records if r["result"] in ("caught", "survived")]
+    caught = sum(r["result"] == "caught" for r in ran)
+    score = caught / len(ran) if ran else 0.0
+    print(_table(records))
+    print(f"score: {caught}/{len(ran)} caught ({100 * score:.0f} %)", end="")
+    others = [r for r in records if r["result"] not in ("caught", "survived")]
+    print(f"; {len(others)} stale or errored" if others else "")
+    args.out.write_text(
+        json.dumps(
+            {"command": " ".join(["scripts/mutation_probe.py", *(argv or sys.argv[1:])]),
+             "caught": caught, "ran": len(ran), "score": score, "records": records},
+            indent=2,
+        ) + "\n"
+    )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
