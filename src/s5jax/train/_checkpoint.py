@@ -117,7 +117,10 @@ def _check_files(step_dir: Path) -> dict[str, Any]:
     """
     manifest_path = step_dir / _MANIFEST
     if not manifest_path.is_file():
-        raise _Damaged(f"{step_dir} has no {_MANIFEST} (an interrupted save)")
+        raise _Damaged(
+            f"{step_dir} has no {_MANIFEST} (an interrupted save, or format 1 from an older "
+            f"s5jax, which this version does not read)"
+        )
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         version = manifest["format"]
