@@ -95,9 +95,9 @@ MUTATIONS = (
     # --- nn -------------------------------------------------------------------------------
     M("ssm-drops-rescale", "nn/_ssm.py",
       "Delta = jnp.exp(self.log_step) * jnp.asarray(step_rescale, self.log_step.dtype)",
-      "Delta = jnp.exp(self.log_step)", ("tests/test_layer.py",), "step_rescale ignored"),
+      "Delta = jnp.exp(self.log_step)", ("tests/test_ssm.py",), "step_rescale ignored"),
     M("ssm-lambda-swapped", "nn/_ssm.py", "return jax.lax.complex(re, self.Lambda_im)",
-      "return jax.lax.complex(self.Lambda_im, re)", ("tests/test_layer.py",),
+      "return jax.lax.complex(self.Lambda_im, re)", ("tests/test_ssm.py",),
       "Λ with real and imaginary parts swapped"),
     M("batchnorm-momentum", "nn/_norm.py",
       "new = (m * running_mean + (1 - m) * mean, m * running_var + (1 - m) * var)",
@@ -195,9 +195,7 @@ def _copy_tree(dest: Path) -> None:
     for name in COPIED:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(
-                src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-            )
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         elif src.exists():
             shutil.copy2(src, dest / name)
 
@@ -292,27 +290,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     _check_isolation()
-    records = []
+    command = " ".join(["scripts/mutation_probe.py", *(sys.argv[1:] if argv is None else argv)])
+    records: list[dict] = []
     for mutation in chosen:
         for _ in range(args.repeat):
             record = run_one(mutation, workers=args.workers, timeout=args.timeout)
             records.append(record)
             print(f"{record['name']}: {record['result']} ({record['seconds']} s)", flush=True)
+            _write(args.out, command, records)  # an interrupted probe keeps what it ran
+    caught, ran = _write(args.out, command, records)
+    print(_table(records))
+    print(f"score: {caught}/{ran} caught ({100 * caught / max(ran, 1):.0f} %)", end="")
+    others = [r for r in records if r["result"] not in ("caught", "survived")]
+    print(f"; {len(others)} stale or errored" if others else "")
+    return 0
+
+
+def _write(path: Path, command: str, records: list[dict]) -> tuple[int, int]:
+    """Write the results so far to `path`; return (caught, caught + survived)."""
     ran = [r for r in records if r["result"] in ("caught", "survived")]
     caught = sum(r["result"] == "caught" for r in ran)
     score = caught / len(ran) if ran else 0.0
-    print(_table(records))
-    print(f"score: {caught}/{len(ran)} caught ({100 * score:.0f} %)", end="")
-    others = [r for r in records if r["result"] not in ("caught", "survived")]
-    print(f"; {len(others)} stale or errored" if others else "")
-    args.out.write_text(
-        json.dumps(
-            {"command": " ".join(["scripts/mutation_probe.py", *(argv or sys.argv[1:])]),
-             "caught": caught, "ran": len(ran), "score": score, "records": records},
-            indent=2,
-        ) + "\n"
-    )  # fmt: skip
-    return 0
+    summary = {"command": command, "caught": caught, "ran": len(ran), "score": score}
+    path.write_text(json.dumps({**summary, "records": records}, indent=2) + "\n")
+    return caught, len(ran)
 
 
 if __name__ == "__main__":
