@@ -1,5 +1,6 @@
 # Two entry points, each bootstrapping .venv idempotently on a machine with only Python and pip.
-#   make demo           the main job: the paper's pendulum regression (data generated if absent)
+#   make demo           the main job: the paper's pendulum regression (data generated if absent);
+#                       run again, it resumes a killed run or prints a complete run's results
 #   make demo QUICK=1   a first look: a tenth of the epochs
 #   make test           lint + the test suite, in parallel worker processes (pytest-xdist:
 #                       up to 4; `make test PYTEST_WORKERS=0` runs it in this process)
@@ -27,7 +28,7 @@ $(DOCS_STAMP): $(STAMP)
 	touch $(DOCS_STAMP)
 
 demo: $(STAMP)
-	$(BIN)/s5jax train pendulum --workdir runs/pendulum$(if $(QUICK),-quick --quick,)
+	$(BIN)/s5jax train pendulum --workdir runs/pendulum$(if $(QUICK),-quick --quick,) --resume-or-start
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -2,7 +2,9 @@
 
 s5jax [-q|-v] COMMAND ...                      less / more messages on stderr
 s5jax --version
-s5jax train EXPERIMENT|CONFIG.toml [--set a.b=c ...] [--workdir DIR] [--resume]
+s5jax [--debug] COMMAND ...                    a traceback with every error
+s5jax train EXPERIMENT|CONFIG.toml [--set a.b=c ...] [--workdir DIR]
+            [--resume | --resume-or-start | --overwrite]
 s5jax train --data FILE.npz [--set ...]        your own data, default model
 s5jax eval RUN_DIR [--split test] [--step-rescale R] [--checkpoint best|latest]
 s5jax predict RUN_DIR --out PRED.npz [--data FILE.npz|DATASET] [--split NAME] [--stream]
@@ -20,8 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
+import shlex
 import sys
+import traceback
 from pathlib import Path
 
 from .. import __version__
@@ -39,11 +44,30 @@ def _examples(*lines: str) -> str:
     return "example" + ("s" if len(lines) > 1 else "") + ":\n" + "\n".join(f"  {x}" for x in lines)
 
 
+# Exit statuses (docs/reliability.md). Errors are one line on stderr; --debug adds the traceback.
+EXIT_USAGE = 2  # a bad option, config, dataset, run directory or value
+EXIT_DIVERGED = 3  # the training loss became NaN or infinite
+EXIT_IO = 74  # the system refused a read or write (EX_IOERR): permissions, not a folder, disk full
+EXIT_BUSY = 75  # another process trains in the run directory (EX_TEMPFAIL): try again later
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+
+_EXIT_CODES = """exit status:
+  0    done
+  1    train ran no epoch, or an unexpected error (a bug: --debug shows the traceback)
+  2    usage, config, data, run-directory or value error
+  3    training diverged (loss NaN or infinite)
+  74   I/O error (permissions, a file where a folder should be, disk full)
+  75   the run directory is in use by another process
+  130  interrupted (Ctrl-C); continue a run with --resume"""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="s5jax",
         description="S5 state space models in JAX.",
-        epilog=_examples("s5jax list", "s5jax -q train pendulum --set train.epochs=5"),
+        epilog=_examples("s5jax list", "s5jax -q train pendulum --set train.epochs=5")
+        + "\n\n"
+        + _EXIT_CODES,
         formatter_class=_RAW,
     )
     parser.add_argument(
@@ -54,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
         "-q", "--quiet", action="store_true", help="only warnings and errors on stderr"
     )
     level.add_argument("-v", "--verbose", action="store_true", help="debug messages on stderr")
+    parser.add_argument(
+        "--debug", action="store_true", help="print the Python traceback of an error"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser(
@@ -83,8 +110,23 @@ def _parser() -> argparse.ArgumentParser:
         help="override a config value, e.g. train.epochs=5",
     )
     train.add_argument("--workdir", type=Path, help="run directory (default runs/<experiment>)")
-    train.add_argument(
-        "--resume", action="store_true", help="continue from the latest checkpoint in --workdir"
+    run_dir = train.add_mutually_exclusive_group()
+    run_dir.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the latest checkpoint in --workdir (an error when there is none)",
+    )
+    run_dir.add_argument(
+        "--resume-or-start",
+        action="store_true",
+        help="resume when --workdir holds a checkpoint, else start (for schedulers that "
+        "restart jobs blindly); a complete run only prints its results",
+    )
+    run_dir.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --workdir (the old one is deleted once the new one has "
+        "written its config); without it a non-empty --workdir is refused",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument(
@@ -147,7 +189,18 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=_RAW,
     )
     _config_parser(sub)
+    _data_parser(sub)
+    for command in sub.choices.values():  # `s5jax train ... --debug` works too
+        command.add_argument(
+            "--debug",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="print the Python traceback of an error",
+        )
+    return parser
 
+
+def _data_parser(sub) -> None:
     data = sub.add_parser(
         "data",
         help="prepare datasets",
@@ -211,7 +264,6 @@ def _parser() -> argparse.ArgumentParser:
             metavar="N",
             help=f"listops with --generate: {split} examples (default {default}, LRA's)",
         )
-    return parser
 
 
 def _config_parser(sub) -> None:
@@ -344,13 +396,13 @@ def _plot_parser(sub) -> None:
 def _cpu_devices(n: int) -> None:
     """Ask XLA for `n` CPU devices; takes effect only if JAX has not started yet."""
     if n < 1:
-        raise SystemExit("--cpu-devices must be at least 1")
+        raise ValueError(f"--cpu-devices must be at least 1, got {n}")
     flag = f"--xla_force_host_platform_device_count={n}"
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), flag]).strip()
 
 
 def _train(args) -> int:
-    if args.cpu_devices:
+    if args.cpu_devices is not None:
         _cpu_devices(args.cpu_devices)
     from ..config import apply_overrides, load_experiment
     from ..train import train_and_evaluate, user_data_config
@@ -368,17 +420,23 @@ def _train(args) -> int:
             )
     if args.data:
         if args.experiment:
-            raise SystemExit("give either an EXPERIMENT or --data FILE.npz, not both")
+            raise ValueError("give either an EXPERIMENT or --data FILE.npz, not both")
         config, dataset = user_data_config(args.data, args.overrides)
     elif args.experiment:
         config, dataset = load_experiment(args.experiment, args.overrides), None
     else:
-        raise SystemExit("name an EXPERIMENT (see `s5jax list`) or pass --data FILE.npz")
+        raise ValueError("name an EXPERIMENT (see `s5jax list`) or pass --data FILE.npz")
     if args.quick:
         config = apply_overrides(config, [f"train.epochs={max(1, config.train.epochs // 10)}"])
     workdir = args.workdir or Path("runs") / config.name
+    resume = "auto" if args.resume_or_start else args.resume
     summary = train_and_evaluate(
-        config, workdir, resume=args.resume, dataset=dataset, progress=not args.no_progress
+        config,
+        workdir,
+        resume=resume,
+        overwrite=args.overwrite,
+        dataset=dataset,
+        progress=not args.no_progress,
     )
     print(f"run directory: {workdir}")
     return 0 if summary["epochs_run"] else 1
@@ -387,6 +445,11 @@ def _train(args) -> int:
 def _eval(args) -> int:
     from ..train import evaluate_run
 
+    if not (math.isfinite(args.step_rescale) and args.step_rescale > 0):
+        raise ValueError(
+            f"--step-rescale must be a finite number > 0 (it multiplies every Δ), "
+            f"got {args.step_rescale}"
+        )
     result = evaluate_run(
         args.run_dir, split=args.split, step_rescale=args.step_rescale, which=args.checkpoint
     )
@@ -540,7 +603,7 @@ def _prepare(args) -> int:
         seed = 0 if args.seed is None else args.seed
         resolution = {"pathfinder": 32, "pathx": 128}.get(args.name)
         if args.name != "listops" and resolution is None:
-            raise SystemExit("--generate is only available for listops, pathfinder and pathx")
+            raise ValueError("--generate is only available for listops, pathfinder and pathx")
         if args.count is not None and resolution is None:
             raise ValueError("--count applies to pathfinder and pathx only")
         if args.count is not None and args.count < 1:
@@ -604,9 +667,6 @@ def main(argv: list[str] | None = None) -> int:
     """Run the `s5jax` command; returns the exit status."""
     # Before JAX starts its CPU backend: XLA's per-step buffers stay in the heap (s5jax._malloc).
     tuned = configure_cpu_malloc()
-    from ..config import ConfigError
-    from ..data import DatasetError
-
     args = _parser().parse_args(argv)
     _configure_logging(args.quiet, args.verbose)
     from ..data import set_progress_factory
@@ -627,9 +687,54 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         return handlers[args.command](args)
-    except (ConfigError, DatasetError, FileNotFoundError, ValueError) as e:
-        print(f"s5jax {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    except BaseException as e:  # each kind becomes one line and an exit status
+        if isinstance(e, SystemExit):
+            raise
+        code, message = _failure(e, args, sys.argv[1:] if argv is None else argv)
+        if args.debug:
+            traceback.print_exc()
+        print(f"s5jax {args.command}: error: {message}", file=sys.stderr)
+        return code
+
+
+def _failure(e: BaseException, args, argv: list[str]) -> tuple[int, str]:
+    """The exit status and the one-line message for an exception out of a command."""
+    from ..config import ConfigError
+    from ..data import DatasetError
+    from ..train import TrainingDiverged
+    from ..train._rundir import RunDirBusy
+
+    if isinstance(e, KeyboardInterrupt):
+        message = "interrupted"
+        if args.command == "train":
+            message += f"; resume with: {_resume_command(argv)}"
+        return EXIT_INTERRUPTED, message
+    if isinstance(e, RunDirBusy):
+        return EXIT_BUSY, str(e)
+    if isinstance(e, TrainingDiverged):
+        return EXIT_DIVERGED, str(e)
+    if isinstance(e, (ConfigError, DatasetError, FileNotFoundError, ValueError)):
+        return EXIT_USAGE, _one_line(e)
+    if isinstance(e, OSError):
+        where = f"{e.filename}: " if e.filename else ""
+        reason = e.strerror or str(e)
+        return EXIT_IO, f"{where}{reason} (check the path, its permissions and the free space)"
+    return 1, (
+        f"unexpected {type(e).__name__}: {_one_line(e)} (a bug: run again with --debug for "
+        "the traceback and report it)"
+    )
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _resume_command(argv: list[str]) -> str:
+    """`argv` as an `s5jax` command that resumes the same run."""
+    kept = [a for a in argv if a not in ("--overwrite", "--resume-or-start", "--resume")]
+    if "train" in kept:
+        kept.append("--resume")
+    return shlex.join(["s5jax", *kept])
 
 
 if __name__ == "__main__":

@@ -103,6 +103,10 @@ class ModelConfig:
     `precision`: `"fp32"`, or `"bf16"` mixed precision (float32 parameters; bfloat16 matrix
     products with float32 accumulation and bfloat16 activations; norm statistics, Λ, Δ, the
     discretisation, the SSM state, the head's output and the loss in float32). See `S5Model`.
+
+    `max_vocab_size` and `max_classes` bound the embedding table and the classification head
+    the data may ask for (a stray token id of 2·10⁹ would otherwise allocate hundreds of GB);
+    raise them for a genuinely larger vocabulary or label set.
     """
 
     n_layers: int = 6
@@ -132,10 +136,13 @@ class ModelConfig:
     remat: Remat = "none"
     scan_method: ScanMethod = "auto"
     precision: Precision = "fp32"
+    max_vocab_size: int = 10_000_000
+    max_classes: int = 10_000_000
 
     def __post_init__(self) -> None:
         check_fields(self, "model")
         _positive(self, "model", "n_layers", "d_model", "ssm_size", "blocks", "dt_min")
+        _positive(self, "model", "max_vocab_size", "max_classes")
         _require(
             self.ssm_size % self.blocks == 0,
             f"model.ssm_size = {self.ssm_size} must be divisible by model.blocks = {self.blocks}",

@@ -217,6 +217,7 @@ def _check_inputs(r: _Reader) -> tuple[bool, int, int | None]:
             )
         if len(x) == 0:
             raise r.error(key, "has no examples (N = 0); every split needs at least one")
+        _check_sizes(r, key, x)
         if ref_l is None:
             ref_l = x.shape[1]
             ref_d = None if tokens else x.shape[2]
@@ -242,6 +243,14 @@ def _check_inputs(r: _Reader) -> tuple[bool, int, int | None]:
         else:
             _check_finite(r, key, x)
     return tokens, ref_l, ref_d
+
+
+def _check_sizes(r: _Reader, key: str, x: np.ndarray) -> None:
+    """At least one step per sequence and one feature per step (else nothing to train on)."""
+    if x.shape[1] < 1:
+        raise r.error(key, f"has shape {x.shape}: L = 0 steps; every sequence needs at least one")
+    if x.ndim == 3 and x.shape[2] < 1:
+        raise r.error(key, f"has shape {x.shape}: D = 0 features per step; give at least one")
 
 
 def _check_rows(r: _Reader, s: str) -> None:

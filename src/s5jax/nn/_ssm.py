@@ -8,6 +8,8 @@ builds the complex system inside the forward pass. Handles one (L, H) sequence; 
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -178,6 +180,7 @@ class S5SSM(eqx.Module):
             raise ValueError(
                 f"u must have shape (L, H) = (L, {self.H}), got {u.shape}; use jax.vmap for batches"
             )
+        _check_inputs(u, "u", step_rescale)
         if self.precision == "bf16":
             return _apply_continuous(
                 self.Lambda(), self.B_tilde(), self.C_tilde(), self.D, self.Delta(step_rescale),
@@ -228,6 +231,7 @@ class S5SSM(eqx.Module):
         u_k = jnp.asarray(u_k)
         if u_k.shape != (self.H,):
             raise ValueError(f"u_k must have shape (H,) = ({self.H},), got {u_k.shape}")
+        _check_inputs(u_k, "u_k", step_rescale)
         bf16 = self.precision == "bf16"
         return _continuous_step(
             self.Lambda(), self.B_tilde(), self.C_tilde(), self.D, self.Delta(step_rescale),
@@ -240,3 +244,18 @@ class S5SSM(eqx.Module):
 def _check_positive(value, name):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_inputs(u, name: str, step_rescale) -> None:
+    """Float inputs, and a concrete `step_rescale` finite and > 0 (traced values pass)."""
+    if not jnp.issubdtype(u.dtype, jnp.floating):
+        raise TypeError(
+            f"{name} has dtype {u.dtype}; S5SSM takes real float inputs: cast them "
+            f"({name}.astype(jnp.float32)), and embed integer token ids first"
+        )
+    if isinstance(step_rescale, (int, float, np.number)) and not (
+        math.isfinite(step_rescale) and step_rescale > 0
+    ):
+        raise ValueError(
+            f"step_rescale must be finite and > 0 (it multiplies Δ), got {step_rescale}"
+        )

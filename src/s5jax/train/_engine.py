@@ -34,6 +34,7 @@ from ._optim import build_optimizer, describe_groups, format_groups, set_lr_scal
 from ._plots import paper_reference, plot_curves
 from ._progress import Progress
 from ._run_info import run_info, write_json
+from ._rundir import RunDirLock, check_workdir, has_checkpoint, replace_run_dir
 from ._schedule import EarlyStopState, PlateauState, early_stop_update, plateau_update
 from ._sharding import DataParallel
 from ._steps import make_steps
@@ -67,6 +68,23 @@ def _model_inputs(dataset: PreparedDataset, head: str) -> dict[str, Any]:
     return {"d_input": d_input, "vocab": vocab, "n_outputs": n_outputs}
 
 
+def _check_widths(inputs: dict[str, Any], config: ExperimentConfig, head: str) -> None:
+    """The vocabulary and class count the data asks for, against the config's bounds."""
+    m = config.model
+    if inputs["vocab"] is not None and inputs["vocab"] > m.max_vocab_size:
+        raise ValueError(
+            f"the data's vocabulary has {inputs['vocab']:,} token ids (largest id + 1), more "
+            f"than model.max_vocab_size = {m.max_vocab_size:,}: fix the token ids, or allow "
+            f"more with --set model.max_vocab_size={inputs['vocab']}"
+        )
+    if head in ("classification", "retrieval") and inputs["n_outputs"] > m.max_classes:
+        raise ValueError(
+            f"the data has {inputs['n_outputs']:,} classes (largest label + 1, or its n_classes), "
+            f"more than model.max_classes = {m.max_classes:,}: fix the labels, or allow more "
+            f"with --set model.max_classes={inputs['n_outputs']}"
+        )
+
+
 def _host_batch(batch: dict[str, np.ndarray], head: str) -> dict[str, np.ndarray]:
     """Numpy batch → model inputs: per-step Δ multipliers from times; column targets."""
     out = {"x": batch["x"], "y": batch["y"], "mask": batch["mask"]}
@@ -94,6 +112,7 @@ class _Run:
         self.parallel.check_batch_size(self.batch_size, "data.batch_size")
         self.parallel.check_batch_size(self.eval_batch_size, "data.eval_batch_size")
         self.steps_per_epoch = len(dataset.splits["train"]) // self.batch_size
+        self.saved_latest = False  # a `latest` checkpoint exists (for TrainingDiverged's message)
         if self.steps_per_epoch == 0:
             raise ValueError(
                 f"data.batch_size={self.batch_size} is larger than the training split "
@@ -107,6 +126,7 @@ class _Run:
         key = jax.random.PRNGKey(cfg.train.seed)
         model_key, self.train_key = jax.random.split(key)
         inputs = _model_inputs(self.dataset, self.head)
+        _check_widths(inputs, cfg, self.head)
         model, state = build_model(cfg.model, key=model_key, **inputs)
         self.optimizer, labels = build_optimizer(
             cfg.optim, model, steps_per_epoch=self.steps_per_epoch, epochs=cfg.train.epochs
@@ -190,11 +210,15 @@ class _Run:
             loss = float(loss)
             if not math.isfinite(loss):
                 checked = f" (steps {first}-{step} checked together)" if first < step else ""
+                kept = (
+                    f"the last good checkpoint is kept in {self.workdir / 'checkpoints' / 'latest'}"
+                    if self.saved_latest
+                    else "no checkpoint was written (none is kept before an epoch ends)"
+                )
                 raise TrainingDiverged(
                     f"the training loss became {loss} at step {first + offset} (epoch {epoch})"
-                    f"{checked}; the last good checkpoint is kept in "
-                    f"{self.workdir / 'checkpoints' / 'latest'}. Lower the learning rate "
-                    "(optim.ssm_lr / optim.lr_factor) or set optim.grad_clip"
+                    f"{checked}; {kept}. Lower the learning rate (optim.ssm_lr / "
+                    "optim.lr_factor) or set optim.grad_clip"
                 )
             sums["loss"] += loss
             sums["metric"] += float(metric)
@@ -226,7 +250,8 @@ def train_and_evaluate(
     config: ExperimentConfig,
     workdir: str | os.PathLike,
     *,
-    resume: bool = False,
+    resume: bool | str = False,
+    overwrite: bool = False,
     dataset: PreparedDataset | None = None,
     progress: bool = True,
     stream=None,
@@ -236,31 +261,42 @@ def train_and_evaluate(
     **Arguments:**
     - `config`: a resolved `ExperimentConfig`.
     - `workdir`: the run directory (created); holds config.json, run_info.json,
-      metrics.jsonl, TensorBoard events, checkpoints/, curves.png and results.json.
-    - `resume`: continue from the latest checkpoint in `workdir`.
+      metrics.jsonl, TensorBoard events, checkpoints/, curves.png and results.json. The run
+      holds a lock on it (`.lock`) while it runs; see `s5jax.train._rundir`.
+    - `resume`: `True` continues from the latest checkpoint in `workdir` (an error when there
+      is none); `"auto"` resumes when there is one and starts otherwise; `False` starts a new
+      run, which refuses a `workdir` that is not empty.
+    - `overwrite`: replace the run in `workdir` (built aside and swapped in).
     - `dataset`: use this dataset instead of the one the config names.
     - `progress`: show a progress bar per epoch.
     - `stream`: where messages go (default stderr).
+
+    Every input (config, data, `workdir`) is checked before anything is written to `workdir`;
+    a resumed run's checkpoint is checked against `config` before config.json is replaced.
     """
     out = stream or sys.stderr
     workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    owner = jax.process_index() == 0  # multi-host: the first process owns the folder
+    if owner:
+        check_workdir(workdir, resume=resume, overwrite=overwrite)
     dataset = dataset if dataset is not None else load_dataset(config.data)
     run = _Run(config, workdir, dataset, out)
     run.build()
-    dump_json(config, workdir / "config.json")
-    write_json(workdir / "run_info.json", run_info(n_params=run.n_params, devices=run.parallel))
-    print(
-        f"{config.name}: {run.n_params:,} parameters; {run.steps_per_epoch} steps per epoch "
-        f"on {run.parallel.describe()}",
-        file=out,
-    )
-    print(run.group_table, file=out)
-    print(_describe_data(dataset), file=out)
-    if (warning := _remat_warning(config)) is not None:
-        print(warning, file=out)
+    lock = RunDirLock(workdir).acquire() if owner else None
+    try:
+        if owner:
+            mode = check_workdir(workdir, resume=resume, overwrite=overwrite)
+        else:
+            mode = "resume" if resume else "new"
+        return _own_run(run, lock, mode, progress, out)
+    finally:
+        if lock is not None:
+            lock.release()
 
-    ckpt = Checkpoints(workdir)
+
+def _own_run(run: _Run, lock, mode: str, progress: bool, out) -> dict[str, Any]:
+    """The run in its locked folder: restore or start, write the config, train, finish."""
+    config, workdir = run.config, run.workdir
     history: dict[str, Any] = {
         "epoch": 0,
         "step": 0,
@@ -271,15 +307,48 @@ def train_and_evaluate(
         "stopper": asdict(EarlyStopState()),
         "epochs": [],
     }
-    if resume and ckpt.latest_step() is not None:
+    resumed = mode == "resume" and has_checkpoint(workdir)
+    ckpt = Checkpoints(workdir) if resumed else None
+    if resumed:
+        # Before config.json is written: a checkpoint that does not fit the config is refused
+        # with the finished run's files untouched.
         try:
             tree, history = ckpt.restore("latest", run.train_state())
         except BaseException:  # close the managers on a failed restore too
             ckpt.close()
             raise
         run.load_train_state(tree)
+        run.saved_latest = True
+        if _complete(config, history):
+            ckpt.close()
+            print(
+                f"{workdir} holds a complete run ({history['epoch']} of {config.train.epochs} "
+                "epochs): nothing to train; its results:",
+                file=out,
+            )
+            return _finish(run, history, out)
+
+    def write_start(folder: Path) -> None:
+        dump_json(config, folder / "config.json")
+        write_json(folder / "run_info.json", run_info(n_params=run.n_params, devices=run.parallel))
+
+    if mode == "overwrite":
+        replace_run_dir(workdir, lock, write_start)
+    else:
+        write_start(workdir)
+    print(
+        f"{config.name}: {run.n_params:,} parameters; {run.steps_per_epoch} steps per epoch "
+        f"on {run.parallel.describe()}",
+        file=out,
+    )
+    print(run.group_table, file=out)
+    print(_describe_data(run.dataset), file=out)
+    if (warning := _remat_warning(config)) is not None:
+        print(warning, file=out)
+    if resumed:
         print(f"resumed from epoch {history['epoch']} (step {history['step']})", file=out)
-    logger = MetricsLogger(workdir, resume_step=history["step"] if resume else None)
+    ckpt = ckpt or Checkpoints(workdir)
+    logger = MetricsLogger(workdir, resume_step=history["step"] if mode == "resume" else None)
     try:
         if history["step"] == 0:
             logger.log_text("config", f"```toml\n{to_toml(config)}\n```")
@@ -289,6 +358,11 @@ def train_and_evaluate(
         logger.close()
         ckpt.close()
     return _finish(run, history, out)
+
+
+def _complete(config: ExperimentConfig, history) -> bool:
+    """Whether a restored run has nothing left to train (all epochs, or stopped early)."""
+    return history["epoch"] >= config.train.epochs or bool(history["stopper"].get("stop"))
 
 
 def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> None:
@@ -331,6 +405,7 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
             ckpt.save("best", step, run.train_state(), history)
         if cfg.train.save_last:
             ckpt.save("latest", step, run.train_state(), history)
+            run.saved_latest = True
         print(
             f"epoch {epoch}: train loss {record['train_loss']:.4f}  val {run.metric} "
             f"{val[run.metric]:.4f}"

@@ -1,0 +1,175 @@
+"""Run directories: one run owns its folder, and a new run never mixes with an old one.
+
+A training process holds an exclusive advisory lock (`fcntl.flock`) on `WORKDIR/.lock` for as
+long as it runs; the file records its PID, and the operating system drops the lock when the
+process ends, however it ends (kill -9 included), so a stale `.lock` file never blocks a later
+run. A second process gets `RunDirBusy` naming the holder's PID.
+
+What a run may do with an existing folder is decided before anything is written to it:
+
+| mode | the folder holds a checkpoint | no checkpoint, not empty | empty or absent |
+|---|---|---|---|
+| new run (`resume=False`) | refused | refused | start |
+| `overwrite=True` | replaced | replaced (if a run directory) | start |
+| `resume=True` | resume | refused | refused |
+| `resume="auto"` | resume | start again in it | start |
+
+`--overwrite` builds the new run in a temporary sibling folder and swaps it in only after the
+new run has written its config, so the path holds either the old run or the new one.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+from pathlib import Path
+
+__all__ = [
+    "LOCK_NAME",
+    "RunDirBusy",
+    "RunDirError",
+    "RunDirLock",
+    "check_workdir",
+    "has_checkpoint",
+    "replace_run_dir",
+]
+
+LOCK_NAME = ".lock"
+# What makes a folder an s5jax run directory (what `--overwrite` may delete).
+_RUN_FILES = ("config.json", "checkpoints", "metrics.jsonl", "results.json")
+
+
+class RunDirError(ValueError):
+    """A run directory cannot be used as asked (not empty, no checkpoint to resume...)."""
+
+
+class RunDirBusy(RunDirError):
+    """Another process holds the run directory's lock."""
+
+
+def has_checkpoint(workdir: Path) -> bool:
+    """Whether `workdir/checkpoints/latest` holds a finished step (a folder named by a number)."""
+    latest = workdir / "checkpoints" / "latest"
+    return latest.is_dir() and any(p.name.isdigit() for p in latest.iterdir())
+
+
+def _contents(workdir: Path) -> list[str]:
+    return sorted(p.name for p in workdir.iterdir() if p.name != LOCK_NAME)
+
+
+def _check_writable(workdir: Path) -> None:
+    """`workdir` is a folder or can become one: else the `OSError` that creating it would raise."""
+    if workdir.exists() and not workdir.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "exists and is not a folder", str(workdir))
+    parent = workdir
+    while not parent.exists():
+        parent = parent.parent
+    if parent != workdir and not parent.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, not a folder", str(parent))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "is not writable", str(parent))
+
+
+def check_workdir(workdir: Path, *, resume: bool | str, overwrite: bool) -> str:
+    """What a run may do with `workdir`: `"new"`, `"resume"` or `"overwrite"`; else raise.
+
+    Reads only. Raises `RunDirError` for a refused combination (the message names the flag
+    that allows it) and `OSError` when the folder cannot be created or written.
+    """
+    if resume not in (False, True, "auto"):
+        raise ValueError(f"resume must be False, True or 'auto', got {resume!r}")
+    if overwrite and resume:
+        raise RunDirError("--overwrite replaces a run and --resume continues it: give one")
+    _check_writable(workdir)
+    contents = _contents(workdir) if workdir.is_dir() else []
+    if resume is True and not has_checkpoint(workdir):
+        found = f"it holds {', '.join(contents)}" if contents else "it is empty or absent"
+        raise RunDirError(
+            f"--resume: no checkpoint in {workdir / 'checkpoints' / 'latest'} ({found}); check "
+            "--workdir, or use --resume-or-start to start a new run when there is none"
+        )
+    if resume:
+        return "resume" if contents else "new"
+    if not contents:
+        return "new"
+    if not overwrite:
+        raise RunDirError(
+            f"{workdir} already holds a run ({', '.join(contents[:4])}"
+            f"{', ...' if len(contents) > 4 else ''}): add --resume to continue it, "
+            "--overwrite to replace it, or choose another --workdir"
+        )
+    if not any(name in contents for name in _RUN_FILES):
+        raise RunDirError(
+            f"{workdir} is not empty and not an s5jax run directory (no config.json): "
+            "--overwrite only replaces run directories; choose another --workdir"
+        )
+    return "overwrite"
+
+
+class RunDirLock:
+    """The exclusive lock of one run directory (`WORKDIR/.lock`, holding the owner's PID).
+
+    **Arguments:**
+    - `workdir`: the run directory; created (with its parents) when absent.
+    """
+
+    def __init__(self, workdir: str | os.PathLike):
+        self.workdir = Path(workdir)
+        self._file = None
+
+    def acquire(self) -> RunDirLock:
+        """Take the lock; raise `RunDirBusy` naming the holder's PID when another has it."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        path = self.workdir / LOCK_NAME
+        f = open(path, "a+", encoding="utf-8")  # held until release()
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            pid = f.read().strip()
+            f.close()
+            holder = f"process {pid}" if pid.isdigit() else "another process"
+            raise RunDirBusy(
+                f"{self.workdir} is in use by {holder} (lock {path}): wait for that run to end "
+                "or stop it, or choose another --workdir"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        self._file = f
+        return self
+
+    def release(self) -> None:
+        """Drop the lock (the `.lock` file stays; a later run takes it over)."""
+        if self._file is not None:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+
+
+def replace_run_dir(workdir: Path, lock: RunDirLock, write) -> None:
+    """Build a new run in a locked temporary sibling, then swap it in for `workdir`.
+
+    `write(folder)` writes the new run's first files (its config) into the sibling; only after
+    it returns is the old run moved aside and deleted. `lock` (the old folder's) then holds
+    the new folder's lock instead.
+    """
+    fresh = workdir.parent / f".{workdir.name}.new-{os.getpid()}"
+    shutil.rmtree(fresh, ignore_errors=True)
+    new_lock = RunDirLock(fresh).acquire()
+    try:
+        write(fresh)
+        old = workdir.parent / f".{workdir.name}.old-{os.getpid()}"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(workdir, old)
+        os.replace(fresh, workdir)
+    except BaseException:
+        new_lock.release()
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
+    lock.release()
+    lock._file, new_lock._file = new_lock._file, None
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,292 @@
+"""Runs a user can trust (issue 17): one run owns its directory, every failure is one line and
+an exit status, and bad inputs are refused before anything is written to the run directory.
+
+Each test states the user-facing outcome: the exit status of `s5jax`, a one-line message on
+stderr (a traceback only with --debug), and what the run directory holds afterwards.
+"""
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from s5jax.cli import main
+from s5jax.nn import S5SSM
+from s5jax.nn._ssm import _check_inputs
+from s5jax.train import _engine
+
+TINY = [
+    "--no-progress",
+    "--set",
+    "train.epochs=1",
+    "--set",
+    "data.n_train=16",
+    "--set",
+    "data.n_eval=8",
+    "--set",
+    "model.n_layers=1",
+]
+
+
+def _train(workdir, *extra):
+    return main(["train", "synthetic", "--workdir", str(workdir), *TINY, *extra])
+
+
+def _error_line(capsys) -> str:
+    """stderr's one error line (and that it is the only line and no traceback)."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("s5jax train: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A complete one-epoch run; tests copy it."""
+    run = tmp_path_factory.mktemp("finished") / "run"
+    assert _train(run) == 0
+    return run
+
+
+def _copy(finished, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    return run
+
+
+def _records(run):
+    return (run / "metrics.jsonl").read_text().splitlines()
+
+
+# --- one run per directory -------------------------------------------------------------------
+
+_HOLD_LOCK = textwrap.dedent("""
+    import sys, time
+    from s5jax.train._rundir import RunDirLock
+    lock = RunDirLock(sys.argv[1]).acquire()
+    print("locked", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_a_run_directory_locked_by_another_process_is_refused_naming_its_pid(tmp_path, capsys):
+    run = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(run)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert _train(run) == 75
+        line = _error_line(capsys)
+        assert f"in use by process {holder.pid}" in line and str(run / ".lock") in line
+        assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing else written
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    # The OS released the killed holder's lock: the stale .lock file blocks nothing.
+    assert _train(run) == 0
+
+
+def test_a_new_run_into_a_non_empty_run_directory_is_refused(finished, tmp_path, capsys):
+    run = _copy(finished, tmp_path)
+    before = _records(run)
+    assert _train(run) == 2
+    line = _error_line(capsys)
+    assert "already holds a run" in line and "--resume" in line and "--overwrite" in line
+    assert _records(run) == before
+
+
+def test_overwrite_replaces_the_run_without_mixing(finished, tmp_path, capsys):
+    run = _copy(finished, tmp_path)
+    (run / "old-marker").write_text("old run")
+    assert _train(run, "--overwrite", "--set", "train.seed=7") == 0
+    assert not (run / "old-marker").exists()
+    assert '"seed": 7' in (run / "config.json").read_text()
+    epochs = [r for r in _records(run) if '"kind": "epoch"' in r]
+    assert len(epochs) == 1  # the new run's records only
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temporary sibling left
+
+
+def test_overwrite_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("precious")
+    assert _train(folder, "--overwrite") == 2
+    assert "not an s5jax run directory" in _error_line(capsys)
+    assert (folder / "thesis.tex").read_text() == "precious"
+
+
+def test_resume_without_a_checkpoint_is_an_error_and_creates_nothing(tmp_path, capsys):
+    run = tmp_path / "typo"
+    assert _train(run, "--resume") == 2
+    line = _error_line(capsys)
+    assert "no checkpoint" in line and "--resume-or-start" in line
+    assert not run.exists()
+
+
+def test_resume_or_start_starts_then_reports_a_complete_run(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert _train(run, "--resume-or-start") == 0
+    before = _records(run)
+    capsys.readouterr()
+    assert _train(run, "--resume-or-start") == 0
+    captured = capsys.readouterr()
+    assert "holds a complete run (1 of 1 epochs)" in captured.err
+    assert "test accuracy at best val" in captured.err  # its summary table
+    assert _records(run) == before  # nothing trained again
+
+
+def test_resume_or_start_continues_a_killed_run(finished, tmp_path, capsys):
+    run = _copy(finished, tmp_path)
+    assert _train(run, "--resume-or-start", "--set", "train.epochs=2") == 0
+    assert "resumed from epoch 1" in capsys.readouterr().err
+    epochs = [r for r in _records(run) if '"kind": "epoch"' in r]
+    assert len(epochs) == 2
+
+
+def test_resume_with_a_changed_config_leaves_config_json_untouched(finished, tmp_path, capsys):
+    run = _copy(finished, tmp_path)
+    before = {name: (run / name).read_bytes() for name in ("config.json", "run_info.json")}
+    assert _train(run, "--resume", "--set", "model.d_model=8") == 2
+    assert "different model or config" in _error_line(capsys)
+    assert {name: (run / name).read_bytes() for name in before} == before
+
+
+# --- exit statuses -----------------------------------------------------------------------------
+
+
+def _nan_inputs(monkeypatch):
+    original = _engine._host_batch
+
+    def nan_batch(batch, head):
+        out = original(batch, head)
+        return {**out, "x": np.full_like(out["x"], np.nan)}
+
+    monkeypatch.setattr(_engine, "_host_batch", nan_batch)
+
+
+def test_divergence_in_epoch_1_exits_3_and_claims_no_checkpoint(tmp_path, capsys, monkeypatch):
+    _nan_inputs(monkeypatch)
+    assert _train(tmp_path / "run") == 3
+    line = _error_line(capsys)
+    assert "at step 1 (epoch 1)" in line and "no checkpoint was written" in line
+    assert "kept in" not in line
+
+
+def test_ctrl_c_exits_130_with_the_resume_command(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_engine, "_epochs", interrupted)
+    run = tmp_path / "run"
+    assert _train(run, "--resume-or-start") == 130
+    line = _error_line(capsys)
+    expected = " ".join(["s5jax", "train", "synthetic", "--workdir", str(run), *TINY, "--resume"])
+    assert line.endswith(f"interrupted; resume with: {expected}")
+
+
+@pytest.mark.parametrize("case", ["file", "file/sub", "read-only parent"])
+def test_unwritable_workdirs_exit_74(tmp_path, capsys, case):
+    if case == "read-only parent" and os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    (tmp_path / "file").write_text("x")
+    parent = tmp_path / "ro"
+    parent.mkdir(mode=0o500)
+    workdir = {"file": "file", "file/sub": "file/sub", "read-only parent": "ro/run"}[case]
+    try:
+        assert _train(tmp_path / workdir) == 74
+    finally:
+        parent.chmod(0o700)
+    line = _error_line(capsys)
+    assert str(tmp_path) in line and "permissions" in line
+
+
+def test_debug_prints_the_traceback(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    assert main(["--debug", "train", "synthetic", "--workdir", str(tmp_path / "file")]) == 74
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "NotADirectoryError" in err
+    assert err.strip().splitlines()[-1].startswith("s5jax train: error:")
+
+
+def test_help_documents_the_exit_statuses(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for line in ("2    usage", "3    training diverged", "74   I/O", "75   the run", "130  inter"):
+        assert line in out
+
+
+# --- input bounds: refused before the run directory exists -----------------------------------
+
+
+def _npz(tmp_path, x_train, **extra):
+    rng = np.random.default_rng(0)
+    arrays = {"x_train": x_train, "y_train": rng.integers(0, 2, len(x_train))}
+    for split in ("val", "test"):
+        arrays[f"x_{split}"], arrays[f"y_{split}"] = x_train[:2], arrays["y_train"][:2]
+    path = tmp_path / "mine.npz"
+    np.savez(path, **arrays, **extra)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("x", "extra", "message"),
+    [
+        (np.zeros((4, 0, 2), np.float32), {}, "L = 0 steps"),
+        (np.zeros((4, 5, 0), np.float32), {}, "D = 0 features"),
+        (np.array([[0, 1, 2_000_000_000]] * 4), {}, "--set model.max_vocab_size=2000000001"),
+        (np.zeros((4, 3, 1), np.float32), {"n_classes": 2_000_000_000}, "model.max_classes"),
+    ],
+    ids=["L=0", "D=0", "token id 2e9", "n_classes 2e9"],
+)
+def test_own_data_out_of_bounds_is_refused_before_the_workdir_exists(
+    tmp_path, capsys, x, extra, message
+):
+    run = tmp_path / "run"
+    path = _npz(tmp_path, x, **extra)
+    args = ["--workdir", str(run), "--no-progress", "--set", "data.batch_size=2"]
+    assert main(["train", "--data", str(path), *args]) == 2
+    assert message in _error_line(capsys)
+    assert not run.exists()
+
+
+def test_cpu_devices_0_is_a_usage_error(tmp_path, capsys):
+    assert _train(tmp_path / "run", "--cpu-devices", "0") == 2
+    assert "--cpu-devices must be at least 1" in _error_line(capsys)
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf"])
+def test_eval_step_rescale_must_be_finite_and_positive(finished, capsys, value):
+    assert main(["eval", str(finished), "--step-rescale", value]) == 2
+    err = capsys.readouterr().err
+    assert "s5jax eval: error: --step-rescale must be a finite number > 0" in err
+
+
+def test_s5ssm_refuses_a_bad_step_rescale_and_integer_inputs():
+    ssm = S5SSM(4, ssm_size=4, J=1, key=jax.random.PRNGKey(0))
+    u = jnp.ones((5, 4))
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="step_rescale must be finite and > 0"):
+            ssm(u, step_rescale=bad)
+        with pytest.raises(ValueError, match="step_rescale must be finite and > 0"):
+            ssm.step(ssm.init_state(), u[0], step_rescale=bad)
+    # Under the tests' jaxtyping checks the annotation refuses int32 first; without them
+    # (a user's run) the layer's own check does, with the fix in the message.
+    with pytest.raises(TypeError):
+        ssm(jnp.ones((5, 4), jnp.int32))
+    with pytest.raises(TypeError, match=r"int32; S5SSM takes real float inputs"):
+        _check_inputs(jnp.ones(4, jnp.int32), "u_k", 1.0)
+    with pytest.raises(ValueError, match="step_rescale must be finite and > 0"):
+        _check_inputs(jnp.ones(4), "u_k", 0)  # a plain int, as a user may pass it
+    # A traced step_rescale is not checked (it has no value yet) and still works.
+    y = jax.jit(lambda r: ssm(u, step_rescale=r))(2.0)
+    np.testing.assert_allclose(y, ssm(u, step_rescale=2.0), rtol=1e-5, atol=1e-6)
