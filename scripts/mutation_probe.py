@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -225,19 +227,30 @@ def run_one(mutation: Mutation, *, workers: int, timeout: float) -> dict:
         cmd += ["-n", str(workers)] if workers > 0 else []
         cmd += list(mutation.tests)
         start = time.perf_counter()
+        # Its own process group, so that a timeout or Ctrl-C also ends the xdist workers.
+        proc = subprocess.Popen(
+            cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )  # fmt: skip
         try:
-            proc = subprocess.run(
-                cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout
-            )
-            rc, tail = proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[-1:]
+            output, _ = proc.communicate(timeout=timeout)
+            rc, tail = proc.returncode, output.strip().splitlines()[-1:]
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             rc, tail = None, ["timed out"]
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
         seconds = time.perf_counter() - start
-    if rc == 1:
-        result = "caught"
-    elif rc == 0:
+    # With -x under xdist a failure ends the session as interrupted (exit status 2), so a run
+    # that reports failed tests is caught whatever its status; collection or usage errors
+    # and timeouts say nothing either way.
+    if rc == 0:
         result = "survived"
-    else:  # collection errors, usage errors, timeouts: the run says nothing either way
+    elif rc in (1, 2) and re.search(r"\b\d+ failed\b", " ".join(tail)):
+        result = "caught"
+    else:
         result = "error"
     return {**record, "result": result, "detail": " ".join(tail), "seconds": round(seconds, 1)}
 
