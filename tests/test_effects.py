@@ -22,7 +22,7 @@ from s5jax.cli import main
 from s5jax.config import apply_overrides, load_experiment
 from s5jax.core import step_multipliers
 from s5jax.data import Split
-from s5jax.nn import parameter_roles
+from s5jax.nn import S5SSM, parameter_roles
 from s5jax.train import evaluate_run, get_lr_scale, load_run, read_metrics
 from s5jax.train._datasets import synthetic_dataset
 from s5jax.train._engine import _host_batch, _Run, train_and_evaluate
@@ -77,6 +77,21 @@ def test_batch_conversion_turns_times_into_step_multipliers():
     np.testing.assert_allclose(dt, [[1.0, 0.5, 1.5, 0.25], [1.0, 1.0, 0.1, 2.9]], rtol=1e-6)
     for row, times in zip(dt, t, strict=True):
         np.testing.assert_allclose(row, np.asarray(step_multipliers(jnp.asarray(times))))
+
+
+def test_unit_spaced_times_give_the_regularly_sampled_layer(getkey):
+    # Times 0, 1, 2, ... are regular sampling: Δ multipliers of 1 (the first included) must
+    # reproduce the layer without times; times 0, 2, 4, ... equal step_rescale = 2 after the
+    # first step, whose multiplier is 1 whatever the times.
+    layer = S5SSM(3, 8, J=2, dt_min=0.01, dt_max=0.5, key=getkey())
+    u = jax.random.normal(getkey(), (12, 3))
+    t = jnp.arange(12.0)
+    np.testing.assert_allclose(
+        np.asarray(layer(u, dt=step_multipliers(t))), np.asarray(layer(u)), rtol=1e-5, atol=1e-6
+    )
+    doubled = np.asarray(layer(u, dt=step_multipliers(2 * t)))
+    assert not np.allclose(doubled, np.asarray(layer(u, step_rescale=2.0)), rtol=1e-4)
+    np.testing.assert_allclose(doubled[0], np.asarray(layer(u))[0], rtol=1e-5, atol=1e-6)
 
 
 def test_irregular_times_reach_the_model_in_eval_and_train_steps(tmp_path):
