@@ -164,7 +164,8 @@ MUTATIONS = (
       "padding rows counted in eval averages"),
     M("gaussian-nll-half", "train/_steps.py",
       "nll = 0.5 * (jnp.log(2 * jnp.pi * var) + (y - mean) ** 2 / var)",
-      "nll = (jnp.log(2 * jnp.pi * var) + (y - mean) ** 2 / var)", ("tests/test_models.py",),
+      "nll = (jnp.log(2 * jnp.pi * var) + (y - mean) ** 2 / var)",
+      (f"{EFFECTS}::test_step_losses_equal_the_heads_losses",),
       "Gaussian NLL without the ½ (pendulum loss)"),
     # --- data -----------------------------------------------------------------------------
     M("epoch-order-ignores-epoch", "data/_batches.py",

@@ -22,10 +22,11 @@ from s5jax.cli import main
 from s5jax.config import apply_overrides, load_experiment
 from s5jax.core import step_multipliers
 from s5jax.data import Split
-from s5jax.nn import S5SSM, parameter_roles
+from s5jax.nn import S5SSM, accuracy, gaussian_nll, mse, nll_loss, parameter_roles
 from s5jax.train import evaluate_run, get_lr_scale, load_run, read_metrics
 from s5jax.train._datasets import synthetic_dataset
 from s5jax.train._engine import _host_batch, _Run, train_and_evaluate
+from s5jax.train._steps import per_example_loss
 
 
 def _cfg(*overrides):
@@ -121,6 +122,32 @@ def test_irregular_times_reach_the_model_in_eval_and_train_steps(tmp_path):
     )
     assert float(stats["loss"]) == pytest.approx(expected, rel=1e-5)
     assert abs(expected - ignored) > 1e-3 * abs(expected)
+
+
+# --- the training loss is the tested loss of the heads ------------------------------------------
+
+
+def test_step_losses_equal_the_heads_losses():
+    """The steps' per-example loss (what training minimises) == `s5jax.nn`'s loss functions.
+
+    The pendulum's Gaussian NLL (§6.3) is written twice, once per example in the steps and
+    once over a batch in `s5jax.nn`; both must give the same figure, variance floor included.
+    """
+    rng = np.random.default_rng(0)
+    mean = jnp.asarray(rng.normal(size=(5, 50, 2)), jnp.float32)
+    var = jnp.asarray(rng.uniform(0.05, 2.0, (5, 50, 2)), jnp.float32).at[0, 3, 1].set(1e-9)
+    y = jnp.asarray(rng.normal(size=(5, 50, 2)), jnp.float32)
+    losses, metrics = jax.vmap(lambda m, v, t: per_example_loss("gaussian", (m, v), t))(
+        mean, var, y
+    )
+    assert float(losses.mean()) == pytest.approx(float(gaussian_nll(mean, var, y)), rel=1e-5)
+    assert float(metrics.mean()) == pytest.approx(float(mse(mean, y)), rel=1e-5)
+
+    logp = jax.nn.log_softmax(jnp.asarray(rng.normal(size=(6, 4)), jnp.float32))
+    labels = jnp.asarray([0, 1, 2, 3, 1, 0])
+    losses, hits = jax.vmap(lambda o, t: per_example_loss("classification", o, t))(logp, labels)
+    assert float(losses.mean()) == pytest.approx(float(nll_loss(logp, labels)), rel=1e-6)
+    assert float(hits.mean()) == pytest.approx(float(accuracy(logp, labels)))
 
 
 # --- a trained synthetic run shared by the evaluation tests --------------------------------------
