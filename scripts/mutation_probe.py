@@ -113,7 +113,7 @@ MUTATIONS = (
       "mask = jnp.arange(x.shape[0]) <= length", ("tests/test_models.py",),
       "masked mean pooling one step too long"),
     M("mean-pool-length", "nn/_heads.py", "return jnp.mean(x, axis=0)",
-      "return jnp.mean(x[1:], axis=0)", ("tests/test_models.py",),
+      "return jnp.mean(x[1:], axis=0)", (f"{EFFECTS}::test_mean_pooling_averages_every_step",),
       "mean pooling over L − 1 steps"),
     M("half-glu1-value", "nn/_layers.py", "out = g * gate", "out = y * gate",
       ("tests/test_models.py",), "half_glu1 gates the raw SSM output"),

@@ -22,7 +22,7 @@ from s5jax.cli import main
 from s5jax.config import apply_overrides, load_experiment
 from s5jax.core import step_multipliers
 from s5jax.data import Split
-from s5jax.nn import S5SSM, accuracy, gaussian_nll, mse, nll_loss, parameter_roles
+from s5jax.nn import S5SSM, accuracy, gaussian_nll, mse, nll_loss, parameter_roles, pool
 from s5jax.train import evaluate_run, get_lr_scale, load_run, read_metrics
 from s5jax.train._datasets import synthetic_dataset
 from s5jax.train._engine import _host_batch, _Run, train_and_evaluate
@@ -122,6 +122,15 @@ def test_irregular_times_reach_the_model_in_eval_and_train_steps(tmp_path):
     )
     assert float(stats["loss"]) == pytest.approx(expected, rel=1e-5)
     assert abs(expected - ignored) > 1e-3 * abs(expected)
+
+
+def test_mean_pooling_averages_every_step():
+    # Mean pooling over L steps == masked-mean pooling with length L == the plain average.
+    x = jnp.asarray(np.random.default_rng(3).normal(size=(7, 4)), jnp.float32)
+    np.testing.assert_allclose(np.asarray(pool(x, "mean")), np.asarray(x).mean(0), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(pool(x, "mean")), np.asarray(pool(x, "masked_mean", jnp.asarray(7))), rtol=1e-6
+    )
 
 
 # --- the training loss is the tested loss of the heads ------------------------------------------
