@@ -18,6 +18,7 @@ that says why not (no compiler, a failed build, not a CPU backend, `S5JAX_NATIVE
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -26,13 +27,14 @@ import os
 import platform
 import shutil
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from .._atomic import atomic_path
 
 __all__ = ["native_available", "native_build_error", "native_recurrence"]
 
@@ -102,27 +104,20 @@ def _build(cxx: str) -> Path:
     target = out_dir / f"s5jax_native-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".s5jax_native-", suffix=".so.tmp", dir=out_dir)
-    except OSError as err:
-        raise RuntimeError(
-            f"cannot write the kernel cache in {out_dir} ({err}); "
-            "set S5JAX_CACHE_DIR to a writable folder"
-        ) from err
-    os.close(fd)
-    try:
-        cmd = [cxx, *_FLAGS, "-isystem", include, str(_SOURCE), "-o", tmp]
+    with contextlib.ExitStack() as stack:
+        try:  # the shared object is built under a temporary name and renamed when complete
+            tmp = stack.enter_context(atomic_path(target, mode=0o777))  # 0755 by the umask
+        except OSError as err:
+            raise RuntimeError(
+                f"cannot write the kernel cache in {out_dir} ({err}); "
+                "set S5JAX_CACHE_DIR to a writable folder"
+            ) from err
+        cmd = [cxx, *_FLAGS, "-isystem", include, str(_SOURCE), "-o", str(tmp)]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(
                 f"compiling {_SOURCE.name} failed ({' '.join(cmd)}):\n{result.stderr.strip()}"
             )
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return target
 
 

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._atomic import atomic_open
 from ..data import DatasetError, PreparedDataset, Split
 from ..data._batches import iterate_batches, num_batches
 from ..data._npz import _check_finite, _check_lengths, _check_times, _Reader
@@ -306,18 +307,9 @@ def _named_outputs(head: str, out) -> dict[str, np.ndarray]:
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """`np.savez` to a temporary sibling, fsync, rename: no half-written file under `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    """`np.savez` through the one atomic writer: no half-written file under `path`."""
+    with atomic_open(path, "wb") as f:
+        np.savez(f, **arrays)
 
 
 # --------------------------------------------------------------------------------------------
