@@ -1,5 +1,8 @@
 """Keep XLA's CPU buffers in the heap instead of mapping them afresh at every step.
 
+Hand-written `mallopt` calls through ctypes: no library exposes glibc's allocator settings, and
+they must be set before JAX starts, which an environment variable alone cannot always ensure.
+
 XLA's CPU runtime allocates each executable's temporary buffer (and its larger outputs) with
 `posix_memalign` at every call. glibc serves allocations above its mmap threshold (at most
 32 MiB) with a fresh `mmap` and returns them with `munmap` when freed; in the per-thread arenas

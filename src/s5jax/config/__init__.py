@@ -1,5 +1,9 @@
 """Typed, frozen experiment configs: the paper's experiments, overrides, validation, dumping.
 
+Hand-written on purpose: frozen dataclasses and `tomllib` give strict validation with errors
+that name the key and the fix, and no dependency; a config library (Hydra, ml_collections)
+would add one and accept what this rejects.
+
 One TOML file per experiment ships in `s5jax/config/experiments/` with the values of the paper's
 Table 11 (P there is P_full), the task exceptions of its Appendix G.3, the authors' run-script
 values where those differ (the Table 11 cell is kept in `paper.table11`), and the published

@@ -1,5 +1,8 @@
 """CIFAR-10 from the python pickles: LRA Image (grayscale) and sCIFAR (colour).
 
+Hand-written on purpose: the restricted unpickler below is a security feature (a plain
+`pickle.load`, as torchvision uses, runs whatever code a tampered file holds).
+
 Source: the user's copy of `cifar-10-python.tar.gz`, extracted to `cifar-10-batches-py/` with
 `data_batch_1..5` and `test_batch`: pickled dicts whose `b'data'` is uint8 (10000, 3072), each row
 1024 R, then 1024 G, then 1024 B values in 32×32 row-major order, and `b'labels'` a list of ints

@@ -1,5 +1,8 @@
 """MNIST from IDX files: sequential MNIST (sMNIST) and permuted sequential MNIST (psMNIST).
 
+The IDX reader is hand-written: the format is four header fields and raw bytes, and a library
+(torchvision) would bring PyTorch for 20 exact lines.
+
 Source: the user's copy of the four MNIST files `train-images-idx3-ubyte`,
 `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte` (`datasets.md` §4),
 each plain or gzipped (`.gz`, as distributed), found in the given folder, in its `MNIST/raw/`

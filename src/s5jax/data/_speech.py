@@ -1,5 +1,8 @@
 """Speech Commands v0.02, 35 classes (SC35), with the 8 kHz zero-shot val/test sets.
 
+Read with the standard library's `wave`, not an audio library: the files are plain 16-bit PCM,
+and torchaudio or soundfile would add a native dependency for what `wave` does exactly.
+
 Source: the user's copy of `speech_commands_v0.02.tar.gz`, extracted: 35 class folders of 16 kHz
 mono 16-bit `.wav` files plus `validation_list.txt` and `testing_list.txt` (`datasets.md` §3),
 found in the given folder, its `SpeechCommands/` (S5's layout) or its `speech_commands_v0.02/`.

@@ -1,5 +1,8 @@
 """Train/val/test splits that match the reference code's `torch.randperm` draws, without torch.
 
+A port, not a dependency: PyTorch is several GB for one shuffle, and the port is checked
+against values torch produced (tests/torch_reference.npz).
+
 The S4/S5 data modules split MNIST and CIFAR-10 (train → 90 % train / 10 % val) and Pathfinder
 (80 / 10 / 10) with `torch.utils.data.random_split(...)` and the generator
 `torch.Generator().manual_seed(42)`
