@@ -83,7 +83,11 @@ def _leftovers(run: Path) -> list[str]:
     return [str(p.relative_to(run)) for p in run.rglob("*") if any(n in p.name for n in names)]
 
 
-def soak(kills: int, seed: int, epochs: int, root: Path) -> bool:
+def soak(
+    kills: int, seed: int, epochs: int, root: Path, fractions: list[float] | None = None
+) -> bool:
+    """Run the soak in `root`; `fractions` (of the reference run's time) replace the random
+    kill delays when given. True when the soak run ends equal to the reference."""
     env = {**os.environ, "S5JAX_DATA": str(root / "data")}
     ref, run = root / "ref", root / "soak"
     start = time.perf_counter()
@@ -91,8 +95,10 @@ def soak(kills: int, seed: int, epochs: int, root: Path) -> bool:
     total = time.perf_counter() - start
     print(f"reference run: {total:.1f} s")
     rng = random.Random(seed)
-    for k in range(kills):
-        delay = rng.uniform(0.2, 1.1 * total)
+    delays = [rng.uniform(0.2, 1.1 * total) for _ in range(kills)]
+    if fractions is not None:
+        delays = [f * total for f in fractions]
+    for k, delay in enumerate(delays):
         proc = subprocess.Popen(
             _command(run, epochs, ["--resume-or-start"]), env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
@@ -105,7 +111,7 @@ def soak(kills: int, seed: int, epochs: int, root: Path) -> bool:
             proc.wait()
             outcome = "killed"
         proc.stderr.close()
-        print(f"kill {k + 1:>2}/{kills}: after {delay:5.1f} s, {outcome}; {_written(run)}")
+        print(f"kill {k + 1:>2}/{len(delays)}: after {delay:5.1f} s, {outcome}; {_written(run)}")
     done = subprocess.run(
         _command(run, epochs, ["--resume-or-start"]), env=env, capture_output=True, text=True
     )
