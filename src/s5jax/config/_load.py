@@ -93,7 +93,15 @@ def _read(
             path = relative_to / path
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = data.count(b"\n", 0, e.start) + 1
+            raise ConfigError(
+                f"{path}: line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                f"{e.start}); save the file as UTF-8"
+            ) from None
         source, folder, stem, is_json = str(path), path.parent, path.stem, path.suffix == ".json"
     else:
         name = os.fspath(spec)
