@@ -48,7 +48,7 @@ OBSERVED = {
     "model.discretization": f"{HERE}::test_model_option_changes_the_model",
     "model.c_init": f"{HERE}::test_model_option_changes_the_model",
     "model.lambda_init": f"{HERE}::test_model_option_changes_the_model",
-    "model.parameterization": "tests/test_models.py::test_pendulum_timestep_modes",
+    "model.parameterization": "tests/test_models.py::test_every_experiment_builds_with_the_closed_form_parameter_count",
     "model.dt_min": f"{HERE}::test_model_option_changes_the_model",
     "model.dt_max": f"{HERE}::test_model_option_changes_the_model",
     "model.scalar_dt": f"{HERE}::test_model_option_changes_the_model",
@@ -59,7 +59,7 @@ OBSERVED = {
     "model.gelu_approximate": "tests/test_models.py::test_exact_gelu_is_selectable",
     "model.dropout": f"{HERE}::test_model_option_changes_the_model",
     "model.bn_momentum": f"{HERE}::test_model_option_changes_the_model",
-    "model.encoder": "tests/test_models.py::test_pendulum_timestep_modes",
+    "model.encoder": "tests/test_models.py::test_every_experiment_builds_with_the_closed_form_parameter_count",
     "model.pooling": f"{HERE}::test_model_option_changes_the_model",
     "model.head": f"{HERE}::test_model_option_changes_the_model",
     "model.timestep_mode": "tests/test_models.py::test_pendulum_timestep_modes",
@@ -95,18 +95,18 @@ OBSERVED = {
     "data.n_eval": "tests/test_dataset_loading.py::test_n_train_and_n_eval_keep_the_first_examples",
     "data.zero_shot_8khz": "tests/test_effects.py::test_zero_shot_8khz_splits_are_evaluated_at_step_rescale_2",
     # --- train
-    "train.epochs": "tests/test_cli.py::test_quick_runs_a_tenth_of_the_epochs",
+    "train.epochs": "tests/test_cli.py::test_train_then_eval_the_synthetic_experiment",
     "train.seed": "tests/test_engine.py::test_same_seed_same_losses",
     "train.early_stop_patience": "tests/test_effects.py::test_early_stopping_stops_after_patience_epochs_without_improvement",
     "train.save_best": f"{HERE}::test_save_best_and_save_last_choose_the_checkpoints",
     "train.save_last": f"{HERE}::test_save_best_and_save_last_choose_the_checkpoints",
     "train.log_every": "tests/test_engine.py::test_nan_loss_found_at_a_fetch_names_its_step_and_the_fetched_range",
     "train.test_every_epoch": "tests/test_engine.py::test_test_split_is_evaluated_when_val_improves_unless_asked_every_epoch",
-    # --- top level and the paper's figure (value, unit and metric reach results.json and plots)
-    "name": "tests/test_cli.py::test_train_then_eval_the_synthetic_experiment",
-    "paper.metric": "tests/test_cli_plot.py::test_plot_writes_a_png_of_several_runs",
-    "paper.value": "tests/test_cli_plot.py::test_plot_writes_a_png_of_several_runs",
-    "paper.unit": "tests/test_cli_plot.py::test_plot_writes_a_png_of_several_runs",
+    # --- top level and the paper's figure (value, unit and metric: the curves' reference line)
+    "name": "tests/test_cli.py::test_train_on_user_npz",
+    "paper.metric": f"{HERE}::test_paper_figure_is_the_curves_reference_in_raw_units",
+    "paper.value": f"{HERE}::test_paper_figure_is_the_curves_reference_in_raw_units",
+    "paper.unit": f"{HERE}::test_paper_figure_is_the_curves_reference_in_raw_units",
     # --- CLI
     "s5jax --version": "tests/test_cli_conventions.py::test_version_is_the_package_metadata",
     "s5jax --quiet": "tests/test_cli_conventions.py::test_quiet_silences_info_and_verbose_shows_debug",
@@ -356,3 +356,17 @@ def test_debug_after_the_command_prints_the_traceback(tmp_path, capsys, argv):
     assert "Traceback (most recent call last)" in capsys.readouterr().err
     # `list` takes it too (it has no error to show here): it parses to the same flag.
     assert _parser().parse_args(["list", "--debug"]).debug
+
+
+def test_paper_figure_is_the_curves_reference_in_raw_units():
+    """`paper.metric`, `value` and `unit` give the dashed reference line of curves.png."""
+    from s5jax.train._engine import _in_paper_units
+    from s5jax.train._plots import paper_reference
+
+    figure = PaperResult(metric="test_mse", value=3.0, unit="1e-3", higher_is_better=False)
+    assert paper_reference(figure) == ("test_mse", pytest.approx(0.003))
+    assert paper_reference(dataclasses.replace(figure, unit="1")) == ("test_mse", 3.0)
+    assert paper_reference(dataclasses.replace(figure, value=4.0))[1] == pytest.approx(0.004)
+    assert paper_reference(dataclasses.replace(figure, metric="test_loss"))[0] == "test_loss"
+    assert paper_reference(dataclasses.replace(figure, value=None)) is None
+    assert _in_paper_units(0.003, figure) == pytest.approx(3.0)  # results.json's table
