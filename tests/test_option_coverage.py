@@ -141,6 +141,14 @@ OBSERVED = {
     "s5jax data prepare --n-train": "tests/test_listops_cli.py::test_data_root_is_prepared_at_data_seq_len",
     "s5jax data prepare --n-val": "tests/test_listops_cli.py::test_generate_short_listops_at_a_matching_length",
     "s5jax data prepare --n-test": "tests/test_listops_cli.py::test_generate_short_listops_at_a_matching_length",
+    "s5jax train --no-progress": f"{HERE}::test_flag_reaches_the_function_that_implements_it",
+    "s5jax predict --no-progress": f"{HERE}::test_flag_reaches_the_function_that_implements_it",
+    "s5jax predict --split": f"{HERE}::test_flag_reaches_the_function_that_implements_it",
+    "s5jax predict --checkpoint": f"{HERE}::test_flag_reaches_the_function_that_implements_it",
+    "s5jax predict --batch-size": f"{HERE}::test_flag_reaches_the_function_that_implements_it",
+    "s5jax export --checkpoint": f"{HERE}::test_flag_reaches_the_function_that_implements_it",
+    "s5jax export --length": f"{HERE}::test_flag_reaches_the_function_that_implements_it",
+    "s5jax data prepare --seed": f"{HERE}::test_prepare_seed_changes_the_generated_data",
 }
 # `s5jax <command> --debug` (the flag repeated after each command) is one loop in `_parser`.
 for _command in ("train", "eval", "predict", "export", "plot", "list", "config", "data"):
@@ -160,17 +168,6 @@ UNOBSERVED = {
     "paper.table11": "record of Table 11 cells that differ; read by no code",
     "paper.higher_is_better": "read by no code: the trainer derives the direction from its metric "
     "(`_engine._Run.higher_is_better = metric == 'accuracy'`)",
-    # Options whose effect no test sees yet.
-    "s5jax train --no-progress": "no test shows the bar is absent (every CLI test passes it)",
-    "s5jax predict --no-progress": "no test shows the bar is absent",
-    "s5jax predict --split": "tests use the default split only",
-    "s5jax predict --checkpoint": "no test compares best and latest through predict",
-    "s5jax predict --batch-size": "by design no output changes; only passed in a test",
-    "s5jax export --checkpoint": "no test compares best and latest through export",
-    "s5jax export --length": "observed through `export_run(length=10)` "
-    "(tests/test_export.py::test_per_step_gaussian_forward_and_step_equal_the_live_model), "
-    "not through the flag",
-    "s5jax data prepare --seed": "only checked to be refused without --generate",
 }
 
 
@@ -370,3 +367,81 @@ def test_paper_figure_is_the_curves_reference_in_raw_units():
     assert paper_reference(dataclasses.replace(figure, metric="test_loss"))[0] == "test_loss"
     assert paper_reference(dataclasses.replace(figure, value=None)) is None
     assert _in_paper_units(0.003, figure) == pytest.approx(3.0)  # results.json's table
+
+
+def _recorded_call(monkeypatch, function: str, argv: list[str]) -> dict:
+    """Run `s5jax ARGV` with `s5jax.train.<function>` replaced; return its keyword arguments."""
+    import s5jax.train
+
+    calls = []
+
+    def record(*args, **kwargs):
+        calls.append(kwargs)
+        return {"epochs_run": 1, "n": 0, "out": "x"}
+
+    monkeypatch.setattr(s5jax.train, function, record)
+    assert main(argv) == 0
+    (kwargs,) = calls
+    return kwargs
+
+
+# Wiring: each flag changes the argument of the function that implements it; the function's
+# own effect is observed by tests/test_train_logging.py::test_training_progress_on_a_terminal
+# (progress), tests/test_export.py::test_per_step_gaussian_forward_and_step_equal_the_live_model
+# (length), tests/test_effects.py::test_eval_checkpoint_option_picks_best_or_latest (which) and
+# tests/test_effects.py::test_eval_split_option_evaluates_that_split (split).
+_WIRING = [
+    ("train_and_evaluate", ["train", "synthetic"], ["--no-progress"], "progress", True, False),
+    ("predict_run", ["predict", "r", "--out", "p.npz"], ["--no-progress"], "progress", True, False),
+    ("predict_run", ["predict", "r", "--out", "p.npz"], ["--split", "val"], "split", "test", "val"),
+    (
+        "predict_run",
+        ["predict", "r", "--out", "p.npz"],
+        ["--checkpoint", "latest"],
+        "which",
+        "best",
+        "latest",
+    ),
+    (
+        "predict_run",
+        ["predict", "r", "--out", "p.npz"],
+        ["--batch-size", "3"],
+        "batch_size",
+        None,
+        3,
+    ),
+    (
+        "export_run",
+        ["export", "r", "--out", "e"],
+        ["--checkpoint", "latest"],
+        "which",
+        "best",
+        "latest",
+    ),
+    ("export_run", ["export", "r", "--out", "e"], ["--length", "7"], "length", None, 7),
+]
+
+
+@pytest.mark.parametrize(
+    ("function", "argv", "flag", "kwarg", "without", "with_"),
+    _WIRING,
+    ids=[f"{w[1][0]} {w[2][0]}" for w in _WIRING],
+)
+def test_flag_reaches_the_function_that_implements_it(
+    tmp_path, monkeypatch, function, argv, flag, kwarg, without, with_
+):
+    monkeypatch.chdir(tmp_path)
+    assert _recorded_call(monkeypatch, function, argv)[kwarg] == without
+    assert _recorded_call(monkeypatch, function, [*argv, *flag])[kwarg] == with_
+
+
+def test_prepare_seed_changes_the_generated_data(tmp_path, monkeypatch):
+    from s5jax.data import load_prepared
+
+    images = []
+    for seed in ("0", "1"):
+        monkeypatch.setenv("S5JAX_DATA", str(tmp_path / seed))
+        argv = ["data", "prepare", "pathfinder", "--generate", "--count", "10", "--seed", seed]
+        assert main(argv) == 0
+        images.append(load_prepared(tmp_path / seed / "prepared" / "pathfinder").splits["train"].x)
+    assert images[0].shape == images[1].shape and not np.array_equal(*images)
