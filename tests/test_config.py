@@ -428,3 +428,29 @@ def test_from_dict_is_strict_and_fills_defaults():
         from_dict({"name": "x", "modle": {}})
     with pytest.raises(ConfigError, match="name: missing"):
         from_dict({"model": {}})
+
+
+def test_removed_keys_are_dropped_from_old_run_configs_and_refused_in_new_ones(tmp_path, caplog):
+    """`train.eval_every` and `data.pendulum_sample_rate` had no effect and were removed: a
+    config.json written by an earlier version still loads (with a warning), a new TOML or
+    override that sets one is an error saying why."""
+    import json
+    import logging
+
+    from s5jax.config import ConfigError, dump_json, load_experiment
+
+    cfg = load_experiment("synthetic")
+    path = dump_json(cfg, tmp_path / "config.json")
+    raw = json.loads(path.read_text())
+    raw["train"]["eval_every"] = 1
+    raw["data"]["pendulum_sample_rate"] = 50
+    path.write_text(json.dumps(raw))
+    with caplog.at_level(logging.WARNING, logger="s5jax"):
+        assert load_experiment(path) == cfg
+    assert "train.eval_every is ignored" in caplog.text
+    toml = tmp_path / "mine.toml"
+    toml.write_text('base = "synthetic"\n[train]\neval_every = 2\n')
+    with pytest.raises(ConfigError, match=r"train\.eval_every was removed"):
+        load_experiment(toml)
+    with pytest.raises(ConfigError, match=r"unknown key 'data\.pendulum_sample_rate'"):
+        load_experiment("synthetic", ["data.pendulum_sample_rate=50"])

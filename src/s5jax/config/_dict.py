@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,8 @@ from ._schema import (
     TrainConfig,
 )
 from ._types import ConfigError, FloatTable, field_hints
+
+log = logging.getLogger("s5jax")
 
 __all__ = ["SECTIONS", "dump_json", "from_dict", "to_dict"]
 
@@ -60,9 +63,32 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def _section(cls: type, key: str, raw: Any) -> Any:
+#: Keys that earlier versions accepted but nothing read; a run directory's config.json from
+#: then still loads (the key is dropped with a warning), while a new config naming one is an
+#: error that says why.
+REMOVED = {
+    ("train", "eval_every"): "validation runs after every epoch",
+    ("data", "pendulum_sample_rate"): "the pendulum keeps 50 of 100 frames, as the published data",
+}
+
+
+def _drop_removed(key: str, raw: Mapping[str, Any], source: str | None) -> Mapping[str, Any]:
+    removed = [k for k in raw if (key, k) in REMOVED]
+    if not removed:
+        return raw
+    if source != "json":
+        k = removed[0]
+        raise ConfigError(f"{key}.{k} was removed (it had no effect: {REMOVED[(key, k)]}); "
+                          "delete it")  # fmt: skip
+    for k in removed:
+        log.warning("%s.%s is ignored: it had no effect (%s)", key, k, REMOVED[(key, k)])
+    return {k: v for k, v in raw.items() if (key, k) not in REMOVED}
+
+
+def _section(cls: type, key: str, raw: Any, source: str | None = None) -> Any:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{key}: expected a table of settings, got {raw!r}")
+    raw = _drop_removed(key, raw, source)
     valid = list(field_hints(cls))
     unknown = [k for k in raw if k not in valid]
     if unknown:
@@ -72,12 +98,14 @@ def _section(cls: type, key: str, raw: Any) -> Any:
     return cls(**raw)
 
 
-def from_dict(raw: Mapping[str, Any]) -> ExperimentConfig:
+def from_dict(raw: Mapping[str, Any], *, dumped: bool = False) -> ExperimentConfig:
     """Build and validate an `ExperimentConfig` from nested dicts (the inverse of `to_dict`).
 
     **Arguments:**
     - `raw`: a mapping with `name` and optionally `description`, the section tables `model`,
       `optim`, `data`, `train` and `paper` (None or absent: no published figure).
+    - `dumped`: `raw` comes from a `config.json` that an earlier version wrote: keys removed
+      since (`REMOVED`) are dropped with a warning instead of refused.
 
     **Returns:** the validated, frozen config.
 
@@ -94,7 +122,7 @@ def from_dict(raw: Mapping[str, Any]) -> ExperimentConfig:
     kwargs: dict[str, Any] = {k: raw[k] for k in ("name", "description") if k in raw}
     for key, cls in SECTIONS.items():
         if key in raw and raw[key] is not None:
-            kwargs[key] = _section(cls, key, raw[key])
+            kwargs[key] = _section(cls, key, raw[key], "json" if dumped else None)
     return ExperimentConfig(**kwargs)
 
 

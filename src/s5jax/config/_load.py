@@ -167,7 +167,7 @@ def load_experiment(
             f"base, {', '.join(SECTIONS)}"
         )
     try:
-        cfg = from_dict(raw)
+        cfg = from_dict(raw, dumped=str(source).endswith(".json"))
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     _log.debug("loaded %s; overrides: %s", source, ", ".join(overrides) or "none")
