@@ -5,11 +5,12 @@ ends exactly where an uninterrupted run ends.
 
 1. A reference run of the `synthetic` experiment (`--epochs` epochs, `log_every` 1) trains
    uninterrupted into `REF/`; its wall time T is measured.
-2. The same command with `--resume-or-start` is started in `SOAK/` and killed with SIGKILL
-   after a random delay in [0.2, 1.1·T] s (uniform, seeded), `--kills` times: the moments fall
-   in JAX start-up, compilation, training steps, evaluations, checkpoint writes and metrics
-   writes alike. A start that finished before its kill counts as finished (the next start
-   then only reports the finished run).
+2. The same command with `--resume-or-start` is started in `SOAK/` and killed with SIGKILL,
+   `--kills` times (seeded): four times in five once its `metrics.jsonl` reaches a random
+   record of the reference's and up to a second later (inside a step, an evaluation, a
+   checkpoint write or a metrics write), else after a random 0.5-8 s (start-up,
+   compilation). A start that finished before its kill counts as finished; the script says
+   how many kills landed.
 3. The soak run is then completed without interruption.
 4. Compared with the reference: every `metrics.jsonl` record (timing fields removed) must
    be equal, `results.json` (timing fields removed) equal, and `s5jax eval` on the `latest`
@@ -69,6 +70,13 @@ def _eval(run: Path, which: str) -> str:
     return done.stdout
 
 
+def _records(run: Path) -> int:
+    try:
+        return len((run / "metrics.jsonl").read_text().splitlines())
+    except OSError:
+        return 0
+
+
 def _written(run: Path) -> str:
     """What the run directory holds now: epochs in metrics.jsonl, checkpoints."""
     epochs = 0
@@ -86,8 +94,9 @@ def _leftovers(run: Path) -> list[str]:
 def soak(
     kills: int, seed: int, epochs: int, root: Path, fractions: list[float] | None = None
 ) -> bool:
-    """Run the soak in `root`; `fractions` (of the reference run's time) replace the random
-    kill delays when given. True when the soak run ends equal to the reference."""
+    """Run the soak in `root`; `fractions` (of the reference's metrics records: kill 0.3 s after
+    the run reaches that record) replace the random kills when given. True when the soak run
+    ends equal to the reference."""
     env = {**os.environ, "S5JAX_DATA": str(root / "data")}
     ref, run = root / "ref", root / "soak"
     start = time.perf_counter()
@@ -95,23 +104,45 @@ def soak(
     total = time.perf_counter() - start
     print(f"reference run: {total:.1f} s")
     rng = random.Random(seed)
-    delays = [rng.uniform(0.2, 1.1 * total) for _ in range(kills)]
+    n_records = len((ref / "metrics.jsonl").read_text().splitlines())
+    # Each kill waits for a random point of the run's progress (its metrics.jsonl reaching a
+    # random record, then up to a second more: inside a step, an evaluation, a checkpoint or
+    # a metrics write), or, one time in five, for a random moment of start-up/compilation.
+    # Progress, not wall time, so a slower or faster host still kills mid-run.
+    plans = [
+        ("startup", rng.uniform(0.5, 8.0)) if rng.random() < 0.2
+        else ("record", (rng.randint(1, n_records), rng.uniform(0.0, 1.0)))
+        for _ in range(kills)
+    ]  # fmt: skip
     if fractions is not None:
-        delays = [f * total for f in fractions]
-    for k, delay in enumerate(delays):
+        plans = [("record", (max(1, round(f * n_records)), 0.3)) for f in fractions]
+    landed = 0
+    for k, (kind, plan) in enumerate(plans):
         proc = subprocess.Popen(
             _command(run, epochs, ["--resume-or-start"]), env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
         )  # fmt: skip
-        try:
-            proc.wait(timeout=delay)
-            outcome = f"finished (exit {proc.returncode})"
-        except subprocess.TimeoutExpired:
+        if kind == "startup":
+            deadline, when = time.monotonic() + plan, f"after {plan:5.1f} s"
+        else:
+            record, extra = plan
+            when = f"at record {record:>3} + {extra:.2f} s"
+            deadline = None
+            while proc.poll() is None and _records(run) < record:
+                time.sleep(0.05)
+            deadline = time.monotonic() + extra
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             outcome = "killed"
+            landed += 1
+        else:
+            outcome = f"finished (exit {proc.returncode})"
         proc.stderr.close()
-        print(f"kill {k + 1:>2}/{len(delays)}: after {delay:5.1f} s, {outcome}; {_written(run)}")
+        print(f"kill {k + 1:>2}/{len(plans)}: {when}, {outcome}; {_written(run)}")
+    print(f"{landed} of {len(plans)} starts were killed before they finished")
     done = subprocess.run(
         _command(run, epochs, ["--resume-or-start"]), env=env, capture_output=True, text=True
     )
@@ -128,6 +159,8 @@ def soak(
     }
     for name, ok in checks.items():
         print(f"{name:>20}: {'equal' if ok else 'DIFFERENT'}")
+    if _leftovers(run):
+        print(f"left behind: {_leftovers(run)}")
     if not checks["metrics.jsonl"]:
         a, b = _metrics(ref), _metrics(run)
         print(f"reference {len(a)} records, soak {len(b)}")

@@ -224,3 +224,27 @@ def test_the_committed_format_2_fixture_restores_to_its_values(tmp_path):
     ckpt.close()
     _assert_same(restored, fixture.tree())
     assert meta == fixture.META
+
+
+def test_a_step_whose_save_was_cut_short_is_saved_again(tmp_path):
+    """A kill between orbax's save and the manifest leaves a step without s5jax.json: restore
+    falls back to the step before, and when training reaches the step again its save replaces
+    the cut one (orbax alone refuses: "Checkpoint for step 16 already exists"; found by
+    scripts/fault_soak.py)."""
+    import jax.numpy as jnp
+
+    from s5jax.train._checkpoint import Checkpoints
+
+    ckpt = Checkpoints(tmp_path)
+    template = {"a": jnp.zeros(3)}
+    try:
+        ckpt.save("latest", 8, {"a": jnp.ones(3)}, {"epoch": 1})
+        ckpt.save("latest", 16, {"a": 2 * jnp.ones(3)}, {"epoch": 2})
+        (tmp_path / "checkpoints" / "latest" / "16" / "s5jax.json").unlink()
+        tree, meta = ckpt.restore("latest", template)
+        assert meta == {"epoch": 1} and float(tree["a"][0]) == 1.0
+        ckpt.save("latest", 16, {"a": 3 * jnp.ones(3)}, {"epoch": 2})
+        tree, meta = ckpt.restore("latest", template)
+        assert meta == {"epoch": 2} and float(tree["a"][0]) == 3.0
+    finally:
+        ckpt.close()

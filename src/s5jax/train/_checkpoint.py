@@ -158,8 +158,9 @@ class Checkpoints:
         # Synchronous saves: a step is complete when save() returns, and no background
         # thread outlives the manager.
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=_KEEP, enable_async_checkpointing=False, create=True
-        )
+            max_to_keep=_KEEP, enable_async_checkpointing=False, create=True,
+            cleanup_tmp_directories=True,  # what a killed save left half-written
+        )  # fmt: skip
         self._managers = {
             name: ocp.CheckpointManager(root / name, options=options) for name in ("latest", "best")
         }
@@ -167,6 +168,10 @@ class Checkpoints:
     def save(self, which: str, step: int, tree, meta: dict[str, Any]) -> None:
         """Save `tree` (any pytree of arrays and static parts) and `meta` (JSON) as `which`."""
         manager = self._manager(which)
+        if step in manager.all_steps():
+            # An earlier save of this step that a kill cut short (no manifest: `restore`
+            # skipped it and training redid the step); orbax refuses to overwrite a step.
+            manager.delete(step)
         state = to_saveable(tree)
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
         manager.save(step, args=args, force=True)

@@ -140,6 +140,7 @@ class RunDirLock:
         f.write(f"{os.getpid()}\n")
         f.flush()
         self._file = f
+        _remove_stale_temporaries(self.workdir)
         return self
 
     def release(self) -> None:
@@ -173,3 +174,11 @@ def replace_run_dir(workdir: Path, lock: RunDirLock, write) -> None:
     lock.release()
     lock._file, new_lock._file = new_lock._file, None
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_stale_temporaries(workdir: Path) -> None:
+    """Delete what an atomic write killed mid-way left in the run directory (`.NAME.HEX.tmp`,
+    s5jax._atomic's temporary siblings). Safe only under the lock: no other writer is active."""
+    for path in workdir.glob(".*.tmp"):
+        if path.is_file():
+            path.unlink(missing_ok=True)
