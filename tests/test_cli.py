@@ -116,6 +116,9 @@ def test_quick_runs_a_tenth_of_the_epochs(tmp_path):
 
 
 def test_cpu_devices_warns_when_jax_has_already_started(tmp_path, capsys, monkeypatch):
+    import jax
+
+    jax.devices()  # start the backend here, whatever ran before in this worker
     monkeypatch.setenv("XLA_FLAGS", "")
     code = main(
         [
