@@ -135,3 +135,13 @@ def test_cpu_devices_warns_when_jax_has_already_started(tmp_path, capsys, monkey
     )
     assert code == 0
     assert "--cpu-devices 2 had no effect" in capsys.readouterr().err
+
+
+def test_main_restores_the_data_progress_factory(tmp_path):
+    """`main` installs the trainer's bar for dataset preparation only while it runs: a
+    library user calling `main` in-process gets log lines again afterwards."""
+    from s5jax.data._common import progress_factory
+
+    before = progress_factory()
+    assert main(["config", "pendulum"]) == 0
+    assert progress_factory() is before

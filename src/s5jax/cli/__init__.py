@@ -673,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Dataset preparation draws its progress with the trainer's bar (tqdm on a terminal, 10 %
     # lines otherwise); `-q` leaves only its log lines, which the level then hides.
-    set_progress_factory(None if args.quiet else _data_progress)
+    previous_factory = set_progress_factory(None if args.quiet else _data_progress)
     log.debug("s5jax %s; glibc allocator tuning %s", __version__, "on" if tuned else "off")
     handlers = {
         "train": _train,
@@ -695,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"s5jax {args.command}: error: {message}", file=sys.stderr)
         return code
+    finally:  # `main` called in-process (tests, notebooks) leaves the library as it found it
+        set_progress_factory(previous_factory)
 
 
 def _failure(e: BaseException, args, argv: list[str]) -> tuple[int, str]:
