@@ -94,6 +94,9 @@ OBSERVED = {
     "data.n_train": "tests/test_dataset_loading.py::test_n_train_and_n_eval_keep_the_first_examples",
     "data.n_eval": "tests/test_dataset_loading.py::test_n_train_and_n_eval_keep_the_first_examples",
     "data.zero_shot_8khz": "tests/test_effects.py::test_zero_shot_8khz_splits_are_evaluated_at_step_rescale_2",
+    "data.missing": "tests/test_data_uea.py::test_load_dataset_and_user_data_config_read_ts_with_the_data_settings",
+    "data.val_fraction": "tests/test_data_uea.py::test_load_dataset_and_user_data_config_read_ts_with_the_data_settings",
+    "data.val_seed": "tests/test_data_uea.py::test_load_dataset_and_user_data_config_read_ts_with_the_data_settings",
     # --- train
     "train.epochs": "tests/test_cli.py::test_train_then_eval_the_synthetic_experiment",
     "train.seed": "tests/test_engine.py::test_same_seed_same_losses",
@@ -149,6 +152,7 @@ OBSERVED = {
     "s5jax export --checkpoint": f"{HERE}::test_flag_reaches_the_function_that_implements_it",
     "s5jax export --length": f"{HERE}::test_flag_reaches_the_function_that_implements_it",
     "s5jax data prepare --seed": f"{HERE}::test_prepare_seed_changes_the_generated_data",
+    "s5jax data prepare --missing": "tests/test_data_uea.py::test_prepare_uea_writes_npz_that_load_user_npz_reads_the_same",
 }
 # `s5jax <command> --debug` (the flag repeated after each command) is one loop in `_parser`.
 for _command in ("train", "eval", "predict", "export", "plot", "list", "config", "data"):

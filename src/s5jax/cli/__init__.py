@@ -99,7 +99,10 @@ def _parser() -> argparse.ArgumentParser:
         help="experiment name (see `s5jax list`) or a .toml/.json config file",
     )
     train.add_argument(
-        "--data", metavar="FILE.npz", help="train on your own data in the documented .npz format"
+        "--data",
+        metavar="FILE",
+        help="train on your own data: an .npz in the documented format, or a UEA/UCR "
+        "NAME_TRAIN.ts (NAME_TEST.ts is read beside it)",
     )
     train.add_argument(
         "--set",
@@ -216,10 +219,15 @@ def _data_parser(sub) -> None:
         epilog=_examples(
             "s5jax data prepare listops --source ~/Downloads/lra_release",
             "s5jax data prepare pathfinder --generate --count 2000",
+            "s5jax data prepare uea --source ~/Downloads/Univariate_ts",
         ),
         formatter_class=_RAW,
     )
-    prep.add_argument("name", help="dataset name, e.g. pendulum, listops, text, image")
+    prep.add_argument(
+        "name",
+        help="dataset name, e.g. pendulum, listops, text, image; uea converts UEA/UCR .ts "
+        "files (--source: a folder or one NAME_TRAIN.ts) to .npz files under <data root>/uea",
+    )
     prep.add_argument("--source", type=Path, help="folder holding your copy of the dataset")
     prep.add_argument(
         "--generate",
@@ -235,7 +243,14 @@ def _data_parser(sub) -> None:
         help="pathfinder/pathx with --generate: number of images (default 2000, a first look; "
         "the LRA release has 200,000 per difficulty)",
     )
-    prep.add_argument("--seed", type=int, help="seed for --generate (default 0)")
+    prep.add_argument(
+        "--seed", type=int, help="seed for --generate, or of uea's val split (default 0)"
+    )
+    prep.add_argument(
+        "--missing",
+        choices=("error", "zero", "ffill", "interpolate"),
+        help="uea: what to do with missing values (?) (default error; see data.missing)",
+    )
     prep.add_argument(
         "--l-max",
         type=int,
@@ -585,6 +600,10 @@ def _prepare(args) -> int:
     from ..train._datasets import prepare_named
 
     _check_listops_options(args)
+    if args.name == "uea":
+        return _prepare_uea(args)
+    if args.missing is not None:
+        raise ValueError("--missing applies to `s5jax data prepare uea` only")
     if not args.generate:
         options = (("--count", args.count), ("--seed", args.seed))
         given = [flag for flag, value in options if value is not None]
@@ -621,6 +640,28 @@ def _prepare(args) -> int:
             )
             dataset = d.prepare_pathfinder(folder.parent, resolution=resolution, force=True)
     print(d.describe(dataset))
+    return 0
+
+
+def _prepare_uea(args) -> int:
+    from .. import data as d
+    from ..data._uea import convert_ts
+
+    if args.source is None:
+        raise ValueError("s5jax data prepare uea needs --source: a folder of .ts files or one "
+                         "NAME_TRAIN.ts")  # fmt: skip
+    if args.generate or args.count is not None or args.l_max is not None:
+        raise ValueError("uea reads .ts files: drop --generate, --count and --l-max")
+    out = d.data_root() / "uea"
+    seed = 0 if args.seed is None else args.seed
+    for path, dataset in convert_ts(args.source, out, missing=args.missing or "error",
+                                    val_seed=seed):  # fmt: skip
+        print(d.describe(dataset))
+        if dataset.meta.get("classes"):
+            names = ", ".join(f"{i}={c}" for i, c in enumerate(dataset.meta["classes"]))
+            print(f"  labels: {names}")
+        print(f"  {dataset.meta['val_split']}")
+        print(f"  wrote {path}; train with: s5jax train --data {path}")
     return 0
 
 

@@ -49,6 +49,7 @@ ScanMethod = Literal["auto", "fused", "sequential", "parallel", "chunked", "pall
 Precision = Literal["fp32", "bf16"]
 Partition = Literal["standard", "BandCdecay", "BfastandCdecay", "noBCdecay"]
 Schedule = Literal["cosine", "constant"]
+Missing = Literal["error", "zero", "ffill", "interpolate"]
 Unit = Literal["%", "1e-3", "1"]
 
 _UNIT_SCALE = {"%": 0.01, "1e-3": 1e-3, "1": 1.0}
@@ -236,6 +237,9 @@ class DataConfig:
     """Which dataset, how it is batched, and the dataset-specific options.
 
     `dataset` names a dataset of `s5jax.data` (or the user's own prepared data under `root`).
+    For a UEA/UCR `NAME_TRAIN.ts` file: `missing` says what to do with missing values
+    (`"error"`, `"zero"`, `"ffill"`, `"interpolate"`; see `s5jax.data._uea`), and the val split
+    is `val_fraction` of the training file, stratified by class, drawn with `val_seed`.
     `eval_batch_size = None` means `batch_size`; `seq_len = None` means the dataset's own length
     (when given, it documents and checks the expected length). `n_train`/`n_eval` limit the
     number of examples (generated datasets make that many; read ones are truncated): for smoke
@@ -251,11 +255,19 @@ class DataConfig:
     n_train: int | None = None
     n_eval: int | None = None
     zero_shot_8khz: bool = False
+    missing: Missing = "error"
+    val_fraction: float = 0.1
+    val_seed: int = 0
 
     def __post_init__(self) -> None:
         check_fields(self, "data")
         _require(bool(self.dataset.strip()), "data.dataset must not be empty")
         _positive(self, "data", "batch_size", "eval_batch_size", "seq_len", "n_train", "n_eval")
+        _nonnegative(self, "data", "val_seed")
+        _require(
+            0 < self.val_fraction < 1,
+            f"data.val_fraction must be between 0 and 1 (exclusive), got {self.val_fraction!r}",
+        )
 
     @property
     def resolved_eval_batch_size(self) -> int:

@@ -64,7 +64,16 @@ import numpy as np
 from ._common import DatasetError
 from ._prepared import PreparedDataset, Split
 
-__all__ = ["MISSING_CHOICES", "TsFile", "load_ts", "read_ts", "test_file_for"]
+__all__ = [
+    "MISSING_CHOICES",
+    "TsFile",
+    "convert_ts",
+    "find_train_files",
+    "load_ts",
+    "npz_arrays",
+    "read_ts",
+    "ts_test_path",
+]
 
 log = logging.getLogger("s5jax.data")
 
@@ -365,7 +374,7 @@ def read_ts(path: str | os.PathLike) -> TsFile:
     return TsFile(path, header, values, times, labels, linenos)
 
 
-def test_file_for(train_path: str | os.PathLike) -> Path:
+def ts_test_path(train_path: str | os.PathLike) -> Path:
     """`NAME_TEST.ts` beside `NAME_TRAIN.ts` (the archives' naming)."""
     train_path = Path(train_path).expanduser()
     m = re.fullmatch(r"(.*)_train\.ts", train_path.name, flags=re.IGNORECASE)
@@ -492,6 +501,7 @@ def load_ts(
     val_fraction: float = 0.1,
     val_seed: int = 0,
     name: str | None = None,
+    announce: bool = True,
 ) -> PreparedDataset:
     """Load a UEA/UCR dataset from `NAME_TRAIN.ts` and `NAME_TEST.ts` beside it.
 
@@ -502,6 +512,7 @@ def load_ts(
       class), in (0, 1).
     - `val_seed`: seed of that draw.
     - `name`: dataset name (default: the file name without `_TRAIN.ts`).
+    - `announce`: log how the val split was carved (an INFO line of the `s5jax` logger).
 
     **Returns:** a `PreparedDataset` with train, val and test splits; its `meta` records the
     source files, the class names (`classes`), the val split and the missing-value choice.
@@ -513,7 +524,7 @@ def load_ts(
     if not 0 < val_fraction < 1:
         raise DatasetError(f"data.val_fraction must be between 0 and 1, got {val_fraction!r}")
     train_path = Path(path).expanduser()
-    test_path = test_file_for(train_path)
+    test_path = ts_test_path(train_path)
     train = read_ts(train_path)
     if not test_path.is_file():
         raise DatasetError(
@@ -586,7 +597,8 @@ def load_ts(
         return Split(x=x, y=y, lengths=n if padded else None, t=t)
 
     dataset_name = name or re.sub(r"_train\.ts$", "", train_path.name, flags=re.IGNORECASE)
-    log.info("%s: %s", dataset_name, meta["val_split"])
+    if announce:
+        log.info("%s: %s", dataset_name, meta["val_split"])
     return PreparedDataset(
         name=dataset_name,
         task=task,
@@ -594,3 +606,76 @@ def load_ts(
         n_classes=n_classes,
         meta=meta,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Conversion to the `.npz` own-data format
+
+
+def find_train_files(source: str | os.PathLike) -> list[Path]:
+    """The `*_TRAIN.ts` files of `source`: the file itself, or every one under a folder."""
+    source = Path(source).expanduser()
+    if source.is_file():
+        ts_test_path(source)  # checks the name
+        return [source]
+    if not source.is_dir():
+        raise DatasetError(f"--source {source}: no such file or folder")
+    found = sorted(
+        p for p in source.rglob("*") if p.is_file() and re.search(r"_train\.ts$", p.name, re.I)
+    )
+    if not found:
+        raise DatasetError(
+            f"--source {source}: no NAME_TRAIN.ts file in this folder or below it; give a "
+            "folder of UEA/UCR .ts files (NAME/NAME_TRAIN.ts and NAME_TEST.ts) or one file"
+        )
+    return found
+
+
+def npz_arrays(dataset: PreparedDataset) -> dict[str, np.ndarray]:
+    """The own-data `.npz` keys of `dataset` (see `load_user_npz`)."""
+    arrays: dict[str, np.ndarray] = {}
+    for s, split in dataset.splits.items():
+        arrays[f"x_{s}"], arrays[f"y_{s}"] = split.x, split.y
+        if split.lengths is not None:
+            arrays[f"lengths_{s}"] = split.lengths
+        if split.t is not None:
+            arrays[f"t_{s}"] = split.t
+    if dataset.task == "classification":
+        arrays["n_classes"] = np.array(dataset.n_classes)
+    else:
+        arrays["task"] = np.array("regression")
+    return arrays
+
+
+def convert_ts(
+    source: str | os.PathLike,
+    out_folder: str | os.PathLike,
+    *,
+    missing: str = "error",
+    val_fraction: float = 0.1,
+    val_seed: int = 0,
+) -> list[tuple[Path, PreparedDataset]]:
+    """Convert `NAME_TRAIN.ts` (+ `NAME_TEST.ts`) files to `out_folder/NAME.npz`.
+
+    Every file is read and checked before anything is written; each `.npz` is written
+    atomically. **Returns:** `(npz path, dataset)` for each dataset, in name order.
+    """
+    from ._common import atomic_save_npz
+
+    options = {"missing": missing, "val_fraction": val_fraction, "val_seed": val_seed}
+    files = find_train_files(source)
+    names = [re.sub(r"_train\.ts$", "", f.name, flags=re.I) for f in files]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DatasetError(f"--source {source}: more than one {twice[0]}_TRAIN.ts below it")
+    for f in files:  # check all first: nothing is written unless every file reads
+        load_ts(f, **options, announce=False)
+    out_folder = Path(out_folder)
+    done = []
+    for f, name in zip(files, names, strict=True):
+        dataset = load_ts(f, **options, announce=False)
+        out_folder.mkdir(parents=True, exist_ok=True)
+        path = out_folder / f"{name}.npz"
+        atomic_save_npz(path, **npz_arrays(dataset))
+        done.append((path, dataset))
+    return done

@@ -3,7 +3,8 @@
 Paper datasets are prepared by `s5jax.data` from the user's local copy (or generated, for the
 pendulum); a missing copy raises a `DatasetError` saying what to download and where to put it.
 `synthetic` is generated in memory for smoke tests. A path ending in `.npz` is a user's own
-data in the documented format.
+data in the documented format; a path ending in `.ts` is a UEA/UCR `NAME_TRAIN.ts` (with
+`NAME_TEST.ts` beside it).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "PREPARED_FOLDERS",
     "limit_and_check",
     "load_dataset",
+    "load_user_data",
     "prepare_named",
     "synthetic_dataset",
 ]
@@ -109,16 +111,38 @@ PREPARED_FOLDERS = {
 }
 
 
-def load_dataset(data_cfg) -> PreparedDataset:
-    """The dataset named by `data_cfg.dataset` (a registered name or a path to a `.npz`)."""
-    name = data_cfg.dataset
-    if name.endswith(".npz"):
-        from ..data._npz import load_user_npz
+def is_user_file(name: str) -> bool:
+    """Whether `data.dataset` names a user's file (`.npz`, or a UEA/UCR `.ts`)."""
+    return name.endswith(".npz") or name.lower().endswith(".ts")
 
-        return load_user_npz(Path(name))
+
+def load_user_data(path, data_cfg=None) -> PreparedDataset:
+    """A user's own data file: an `.npz` in the documented format, or a UEA/UCR
+    `NAME_TRAIN.ts` (read with `NAME_TEST.ts` beside it, with `data_cfg`'s `missing`,
+    `val_fraction` and `val_seed`; defaults without `data_cfg`)."""
+    if str(path).lower().endswith(".ts"):
+        from ..data._uea import load_ts
+
+        options = {}
+        if data_cfg is not None:
+            options = {"missing": data_cfg.missing, "val_fraction": data_cfg.val_fraction,
+                       "val_seed": data_cfg.val_seed}  # fmt: skip
+        return load_ts(Path(path), **options)
+    from ..data._npz import load_user_npz
+
+    return load_user_npz(Path(path))
+
+
+def load_dataset(data_cfg) -> PreparedDataset:
+    """The dataset named by `data_cfg.dataset` (a registered name, or a path to a `.npz` or
+    to a UEA/UCR `NAME_TRAIN.ts`)."""
+    name = data_cfg.dataset
+    if is_user_file(name):
+        return load_user_data(name, data_cfg)
     if name not in DATASETS:
         raise ValueError(
-            f"data.dataset must be one of {sorted(DATASETS)} or a path to a .npz file, got {name!r}"
+            f"data.dataset must be one of {sorted(DATASETS)} or a path to a .npz file or a "
+            f"NAME_TRAIN.ts file, got {name!r}"
         )
     dataset = DATASETS[name](data_cfg)
     if name == "synthetic":  # made to the requested sizes already

@@ -9,11 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..config import ExperimentConfig, apply_overrides, load_experiment
+from ..config import DataConfig, ExperimentConfig, apply_overrides, load_experiment
 from ..data import PreparedDataset, data_root
-from ..data._npz import load_user_npz
 from ._checkpoint import Checkpoints
-from ._datasets import load_dataset
+from ._datasets import load_dataset, load_user_data
 from ._engine import _Run
 
 __all__ = ["DATA_SOURCES", "data_status", "evaluate_run", "load_run", "user_data_config"]
@@ -64,7 +63,7 @@ def user_data_config(path: str | os.PathLike, overrides=()) -> tuple[ExperimentC
 
     **Returns:** `(config, dataset)`.
     """
-    dataset = load_user_npz(path)
+    dataset = load_user_data(path, _data_options(overrides))
     train = dataset.splits["train"]
     per_step = dataset.task == "regression" and train.y.ndim == 3
     pooling = "none" if per_step else ("masked_mean" if train.lengths is not None else "mean")
@@ -79,6 +78,13 @@ def user_data_config(path: str | os.PathLike, overrides=()) -> tuple[ExperimentC
     cfg = replace(base, name=Path(path).stem or "user-data", model=model, data=data,
                   train=train_cfg, description=f"user data {path}")  # fmt: skip
     return apply_overrides(cfg, overrides), dataset
+
+
+def _data_options(overrides) -> DataConfig:
+    """The `data.*` settings among `overrides` (how a `.ts` file is read: missing values,
+    val split), applied before the data is read."""
+    data = [o for o in overrides if o.strip().startswith("data.")]
+    return apply_overrides(load_experiment("synthetic"), data).data
 
 
 def load_run(

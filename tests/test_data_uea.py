@@ -1,0 +1,353 @@
+"""The UEA/UCR `.ts` reader (`s5jax.data._uea`): fixtures written here in the archives' real
+format (header quirks seen in the archive files included: a BOM inside a comment, `%`
+comments, lower-case keys, a repeated @problemName), read back into the arrays they were
+written from; missing values, timestamps, regression targets, the val carve; malformed files
+as one-line errors naming file and line; `s5jax train --data NAME_TRAIN.ts`, predict and
+export of such a run, and `s5jax data prepare uea`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from s5jax.cli import main
+from s5jax.config import DataConfig
+from s5jax.data import DatasetError, load_user_npz
+from s5jax.data._uea import convert_ts, load_ts, read_ts, ts_test_path
+from s5jax.train import load_run, user_data_config
+from s5jax.train._datasets import load_dataset
+
+TINY = ["model.n_layers=1", "model.d_model=8", "model.ssm_size=8", "model.blocks=2",
+        "data.batch_size=4", "data.eval_batch_size=4"]  # fmt: skip
+
+
+def fmt(v: float) -> str:
+    return "?" if np.isnan(v) else repr(float(v))
+
+
+def ts_text(examples, labels, header: str, times=None) -> str:
+    """A `.ts` file: `examples[i]` is a list of channels (1-d arrays, NaN = missing)."""
+    rows = []
+    for i, (chans, label) in enumerate(zip(examples, labels, strict=True)):
+        if times is None:
+            parts = [",".join(fmt(v) for v in c) for c in chans]
+        else:
+            parts = [",".join(f"({t},{fmt(v)})" for t, v in zip(times[i], c, strict=True))
+                     for c in chans]  # fmt: skip
+        if label is not None:
+            parts.append(str(label))
+        rows.append(":".join(parts))
+    return header + "@data\n" + "\n".join(rows) + "\n"
+
+
+def write_pair(folder, name, train, test, header, times=(None, None)):
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for part, (ex, lab), t in zip(("TRAIN", "TEST"), (train, test), times, strict=True):
+        path = folder / f"{name}_{part}.ts"
+        path.write_text(ts_text(ex, lab, header, t), encoding="utf-8")
+        paths.append(path)
+    return paths[0]
+
+
+def univariate(rng, n, L, classes):
+    ex = [[rng.standard_normal(L).round(6)] for _ in range(n)]
+    labels = [classes[i % len(classes)] for i in range(n)]
+    return ex, labels
+
+
+HEADER_UNI = (
+    "#\ufeff# A dataset (a BOM inside a comment, as in PLAID_TRAIN.ts)\n"
+    "% an ARFF-style comment, as in UnitTestTimeStamps_TRAIN.ts\n\n"
+    "@problemName Demo\n@problemname Demo again\n@timeStamps false\n@missing false\n"
+    "@univariate true\n@equalLength true\n@seriesLength 12\n@classLabel true 1 2 10\n"
+)
+
+
+def test_univariate_equal_length_reads_back_the_values_and_numeric_class_order(tmp_path):
+    rng = np.random.default_rng(0)
+    train = univariate(rng, 30, 12, ["10", "2", "1"])
+    test = univariate(rng, 9, 12, ["1", "10", "2"])
+    path = write_pair(tmp_path, "Demo", train, test, HEADER_UNI)
+    ds = load_ts(path)
+    assert ds.task == "classification" and ds.n_classes == 3
+    assert ds.meta["classes"] == ["1", "2", "10"]  # numeric order, not "1" "10" "2"
+    index = {"1": 0, "2": 1, "10": 2}
+    t = ds.splits["test"]
+    want = np.array([e[0] for e in test[0]], np.float32)[..., None]
+    np.testing.assert_array_equal(t.x, want)
+    np.testing.assert_array_equal(t.y, [index[c] for c in test[1]])
+    assert t.lengths is None and t.t is None
+    # train + val are the training file, each example once
+    x_all = np.array([e[0] for e in train[0]], np.float32)
+    got = np.concatenate([ds.splits["train"].x, ds.splits["val"].x])[..., 0]
+    assert sorted(map(tuple, got)) == sorted(map(tuple, x_all))
+    assert ds.meta["problem_name"] == "Demo"  # the first of the repeated @problemName
+
+
+def test_multivariate_string_labels_sorted_and_recorded(tmp_path):
+    rng = np.random.default_rng(1)
+    names = ["Walking", "Running", "Badminton"]
+    train = ([[rng.standard_normal(5), rng.standard_normal(5)] for _ in range(12)],
+             [names[i % 3] for i in range(12)])  # fmt: skip
+    test = ([[rng.standard_normal(5), rng.standard_normal(5)] for _ in range(3)], names)
+    header = ("@problemName M\n@timeStamps false\n@univariate false\n@dimensions 2\n"
+              "@equalLength true\n@seriesLength 5\n"
+              "@classLabel true Walking Running Badminton\n")  # fmt: skip
+    ds = load_ts(write_pair(tmp_path, "M", train, test, header))
+    assert ds.meta["classes"] == ["Badminton", "Running", "Walking"]
+    x = ds.splits["test"].x
+    assert x.shape == (3, 5, 2)
+    for i, (a, b) in enumerate(test[0]):
+        np.testing.assert_allclose(x[i, :, 0], a, rtol=1e-6)
+        np.testing.assert_allclose(x[i, :, 1], b, rtol=1e-6)
+    np.testing.assert_array_equal(ds.splits["test"].y, [2, 1, 0])
+
+
+def test_variable_lengths_pad_with_zeros_and_give_lengths(tmp_path):
+    header = ("@problemName V\n@univariate false\n@dimensions 2\n@equalLength false\n"
+              "@classLabel true a b\n")  # fmt: skip
+    train = ([[np.arange(1.0, 4), np.arange(1.0, 4)], [np.arange(1.0, 6), np.arange(1.0, 3)],
+              [np.ones(2), np.ones(2)], [np.ones(4), np.ones(4)]],
+             ["a", "b", "a", "b"])  # fmt: skip
+    test = ([[np.arange(1.0, 8), np.arange(1.0, 8)]], ["a"])
+    ds = load_ts(write_pair(tmp_path, "V", train, test, header), val_fraction=0.3)
+    assert ds.splits["test"].x.shape == (1, 7, 2)  # L: the longest of both files
+    assert ds.splits["test"].lengths.tolist() == [7]
+    tr = load_ts(tmp_path / "V_TRAIN.ts", val_fraction=0.3)
+    rows = {int(n): x for s in ("train", "val") for x, n in
+            zip(tr.splits[s].x, tr.splits[s].lengths, strict=True)}  # fmt: skip
+    # an example whose channels differ in length: padded to its longest channel (5)
+    np.testing.assert_array_equal(rows[5][:, 0], [1, 2, 3, 4, 5, 0, 0])
+    np.testing.assert_array_equal(rows[5][:, 1], [1, 2, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(rows[3][3:], 0)
+
+
+MISSING_HEADER = "@problemName G\n@missing true\n@univariate true\n@classLabel true a b\n"
+
+
+@pytest.mark.parametrize(
+    ("how", "want"),
+    [
+        ("zero", [0.0, 1.0, 0.0, 0.0, 4.0, 0.0]),
+        ("ffill", [1.0, 1.0, 1.0, 1.0, 4.0, 4.0]),  # leading gap takes the first observed
+        ("interpolate", [1.0, 1.0, 2.0, 3.0, 4.0, 4.0]),  # ends take the nearest
+    ],
+)
+def test_missing_value_choices(tmp_path, how, want):
+    nan = np.nan
+    gappy = np.array([nan, 1.0, nan, nan, 4.0, nan])
+    train = ([[gappy]] + [[np.ones(6)]] * 3, ["a", "b", "a", "b"])
+    path = write_pair(tmp_path, "G", train, ([[np.ones(6)]], ["a"]), MISSING_HEADER)
+    ds = load_ts(path, missing=how, val_fraction=0.4)
+    xs = np.concatenate([ds.splits["train"].x, ds.splits["val"].x])[..., 0]
+    assert np.isfinite(xs).all()
+    assert any(np.array_equal(row, want) for row in xs), xs
+
+
+def test_missing_values_are_an_error_by_default_naming_file_and_line(tmp_path):
+    train = ([[np.ones(3)], [np.array([1.0, np.nan, 2.0])]], ["a", "b"])
+    path = write_pair(tmp_path, "G", train, ([[np.ones(3)]], ["a"]), MISSING_HEADER)
+    with pytest.raises(DatasetError) as e:
+        load_ts(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}, line 7: missing value (?) at dimension 1, step 2")
+    assert "data.missing" in msg and "\n" not in msg
+
+
+def test_timestamps_dates_become_steps_of_one_and_shared_times_are_required(tmp_path):
+    header = "@problemName T\n@timeStamps true\n@univariate true\n@classLabel true 1 2\n"
+    minute = ["2007-01-01 00:00:00", "2007-01-01 00:01:00", "2007-01-01 00:03:00"]
+    times = [minute, ["2008-09-09 20:56:00", "2008-09-09 20:57:00", "2008-09-09 20:58:00"]]
+    train = ([[np.array([1.0, 2, 3])], [np.array([4.0, 5, 6])]] * 2, ["1", "2"] * 2)
+    path = write_pair(tmp_path, "T", train, ([[np.array([7.0, 8, 9])]], ["2"]), header,
+                      times=(times * 2, times[:1]))  # fmt: skip
+    f = read_ts(path)
+    np.testing.assert_array_equal(f.times[0], [0, 60, 180])  # seconds for dates
+    ds = load_ts(path, val_fraction=0.5)
+    assert ds.meta["time_unit"] == 60.0  # the training file's median step
+    np.testing.assert_array_equal(ds.splits["test"].t, [[0, 1, 3]])
+    np.testing.assert_array_equal(ds.splits["test"].x[..., 0], [[7, 8, 9]])
+    # numeric times, two channels that disagree
+    bad = tmp_path / "B_TRAIN.ts"
+    bad.write_text("@problemName B\n@timeStamps true\n@univariate false\n@classLabel true a\n"
+                   "@data\n(0,1.0),(1,2.0):(0,1.0),(2,2.0):a\n")  # fmt: skip
+    with pytest.raises(DatasetError, match=rf"^{bad}, line 6: dimension 2 has other times"):
+        read_ts(bad)
+
+
+def test_regression_targets(tmp_path):
+    header = "@problemName R\n@univariate true\n@equalLength true\n@targetLabel true\n"
+    rng = np.random.default_rng(2)
+    train = ([[rng.standard_normal(4)] for _ in range(10)], [0.5 * i for i in range(10)])
+    path = write_pair(tmp_path, "R", train, ([[np.ones(4)]], [2.25]), header)
+    ds = load_ts(path)
+    assert ds.task == "regression" and ds.n_classes == 0
+    assert ds.splits["test"].y.tolist() == [2.25] and ds.splits["test"].y.dtype == np.float32
+    ys = np.concatenate([ds.splits["train"].y, ds.splits["val"].y])
+    assert sorted(ys.tolist()) == [0.5 * i for i in range(10)]
+    assert len(ds.splits["val"]) == 1
+
+
+def test_val_is_stratified_seeded_and_stated(tmp_path):
+    rng = np.random.default_rng(3)
+    train = univariate(rng, 60, 12, ["1", "1", "2", "10"])  # 30 / 15 / 15
+    train[1][-1] = "1"
+    path = write_pair(tmp_path, "Demo", train, univariate(rng, 3, 12, ["1", "2", "10"]), HEADER_UNI)
+    a, b, c = load_ts(path), load_ts(path), load_ts(path, val_seed=1)
+    counts = np.bincount(a.splits["val"].y, minlength=3)
+    assert counts.tolist() == [3, 2, 1]  # round(10 % of 31, 15, 14), at least one each
+    np.testing.assert_array_equal(a.splits["val"].x, b.splits["val"].x)
+    assert not np.array_equal(a.splits["val"].x, c.splits["val"].x)
+    assert a.meta["val_split"] == (
+        "val carved from Demo_TRAIN.ts: 6 of 60, stratified by class, seed 0, fraction 0.1"
+    )
+
+
+def ok_file(body: str, header: str = "@problemName X\n@univariate true\n@classLabel true a b\n"):
+    return header + body
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        (ok_file("@data\n1,2,3:a\n1,x,3:b\n"), 6, "dimension 1: 'x' is not a number"),
+        (ok_file("@data\n1,2,3:a\n1,2:3:4:b\n"), 6, "has 3 dimensions but @univariate true says 1"),
+        (ok_file("@data\n1,2,3:c\n"), 5, "label 'c' is not in @classLabel (a b)"),
+        (ok_file("@data\n1,2,3:a\n@missing false\n"), 6, "header line @missing after @data"),
+        (ok_file("1,2,3:a\n"), 4, "before @data"),
+        (ok_file("@data\n1,2,inf:a\n"), 5, "is not finite"),
+        (ok_file("@data\n1,,3:a\n"), 5, "dimension 1: '' is not a number"),
+        ("@problemName X\n@univariate maybe\n@data\n", 2, "@univariate must be true or false"),
+        ("@classLabel true\n@data\n", 1, "@classLabel true must list the class names"),
+        ("@seriesLength -3\n@data\n", 1, "@seriesLength must be a positive integer"),
+        ("@data extra\n", 1, "@data takes no value"),
+        (ok_file("@data\n1,2:a\n1,2,3:b\n", "@equalLength true\n@classLabel true a b\n"), 5,
+         "has 3 steps but the first example has 2 and @equalLength is true"),
+        (ok_file("@data\n1,2,3:a\n", "@seriesLength 4\n@classLabel true a b\n"), 4,
+         "dimension 1 has 3 values but @seriesLength is 4"),
+        (ok_file("@data\n1:2:a\n1:b\n", "@dimensions 2\n@classLabel true a b\n"), 5,
+         "has 1 dimensions but @dimensions says 2 (is the label missing?)"),
+        (ok_file("@data\n1,2:?\n", "@targetLabel true\n"), 3, "regression target is missing"),
+        (ok_file("@data\n(0,1),(1,2):a\n(1,1),(0,2):b\n",
+                 "@timeStamps true\n@classLabel true a b\n"), 5, "times are not strictly"),
+        (ok_file("@data\n(0,1),(x,2):a\n", "@timeStamps true\n@classLabel true a b\n"), 4,
+         "time 'x' is neither a number nor a date"),
+    ],
+)  # fmt: skip
+def test_malformed_files_are_one_line_errors_naming_file_and_line(tmp_path, text, line, message):
+    path = tmp_path / "X_TRAIN.ts"
+    path.write_text(text)
+    with pytest.raises(DatasetError) as e:
+        read_ts(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}, line {line}: ") and message in msg, msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("@problemName X\n# no data line\n", "no @data line"),
+        ("@problemName X\n@data\n\n", "no examples after @data"),
+        (b"@data\n\xff\xfe1,2\n", "is not UTF-8 text"),
+    ],
+)
+def test_file_level_errors_name_the_file(tmp_path, text, message):
+    path = tmp_path / "X_TRAIN.ts"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(DatasetError, match=rf"^{path}: .*{message}"):
+        read_ts(path)
+
+
+def test_test_file_is_found_beside_the_training_file(tmp_path):
+    assert ts_test_path(tmp_path / "A_TRAIN.ts") == tmp_path / "A_TEST.ts"
+    assert ts_test_path(tmp_path / "a_train.ts") == tmp_path / "a_test.ts"
+    with pytest.raises(DatasetError, match=r"give the training file NAME_TRAIN\.ts"):
+        ts_test_path(tmp_path / "A.ts")
+    (tmp_path / "A_TRAIN.ts").write_text(ok_file("@data\n1,2:a\n1,2:b\n"))
+    with pytest.raises(DatasetError, match=rf"^{tmp_path / 'A_TEST.ts'}: test file not found"):
+        load_ts(tmp_path / "A_TRAIN.ts")
+
+
+def gappy_pair(tmp_path):
+    rng = np.random.default_rng(4)
+    ex = [[np.where(rng.random(6) < 0.2, np.nan, rng.standard_normal(6))] for _ in range(16)]
+    ex[0][0][2] = np.nan
+    train = (ex, ["a", "b"] * 8)
+    test = ([[rng.standard_normal(6)] for _ in range(5)], ["a", "b", "a", "b", "a"])
+    return write_pair(tmp_path / "data", "Gap", train, test, MISSING_HEADER)
+
+
+def test_load_dataset_and_user_data_config_read_ts_with_the_data_settings(tmp_path):
+    path = gappy_pair(tmp_path)
+    with pytest.raises(DatasetError, match="missing value"):
+        load_dataset(DataConfig(dataset=str(path)))
+    ds = load_dataset(DataConfig(dataset=str(path), missing="zero", val_fraction=0.25,
+                                 val_seed=3))  # fmt: skip
+    assert len(ds.splits["val"]) == 4 and ds.meta["missing"] == "zero"
+    config, ds2 = user_data_config(path, [*TINY, "data.missing=zero", "data.val_fraction=0.25",
+                                          "data.val_seed=3"])  # fmt: skip
+    assert config.data.missing == "zero" and config.data.val_seed == 3
+    np.testing.assert_array_equal(ds2.splits["val"].y, ds.splits["val"].y)
+
+
+def test_train_predict_and_export_of_a_ts_file(tmp_path, capsys):
+    """`s5jax train --data NAME_TRAIN.ts`; predict and export reload the data from
+    config.json (the .ts pair, read with the run's data.missing and val split)."""
+    path = gappy_pair(tmp_path)
+    run_dir = tmp_path / "run"
+    sets = [*TINY, "train.epochs=1", "data.missing=ffill", "data.val_seed=5"]
+    argv = ["train", "--data", str(path), "--workdir", str(run_dir), "--no-progress",
+            *[a for o in sets for a in ("--set", o)]]  # fmt: skip
+    assert main(argv) == 0
+    assert "Gap: val carved from Gap_TRAIN.ts: 2 of 16, stratified by class, seed 5" in (
+        capsys.readouterr().err
+    )
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["data"]["dataset"] == str(path.resolve())
+    assert cfg["data"]["missing"] == "ffill" and cfg["data"]["val_seed"] == 5
+    _config, dataset = user_data_config(path, sets)
+    reloaded = load_run(run_dir).dataset
+    for s in ("train", "val", "test"):
+        np.testing.assert_array_equal(reloaded.splits[s].x, dataset.splits[s].x)
+    out = tmp_path / "pred.npz"
+    argv = ["predict", str(run_dir), "--split", "val", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["n"] == 2 and np.load(out)["pred"].shape == (2,)
+    pytest.importorskip("flatbuffers")
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "exp")]) == 0
+    assert (tmp_path / "exp" / "forward.jax").is_file()
+
+
+def test_prepare_uea_writes_npz_that_load_user_npz_reads_the_same(tmp_path, monkeypatch, capsys):
+    rng = np.random.default_rng(6)
+    src = tmp_path / "archive"
+    write_pair(src / "Demo", "Demo", univariate(rng, 20, 12, ["1", "2", "10"]),
+               univariate(rng, 6, 12, ["1", "2", "10"]), HEADER_UNI)  # fmt: skip
+    gap = gappy_pair(tmp_path)
+    gap.rename(src / gap.name)
+    gap.with_name("Gap_TEST.ts").rename(src / "Gap_TEST.ts")
+    monkeypatch.setenv("S5JAX_DATA", str(tmp_path / "root"))
+    # Gap has missing values: an error, and nothing is written
+    assert main(["data", "prepare", "uea", "--source", str(src)]) == 2
+    assert "missing value" in capsys.readouterr().err
+    assert not (tmp_path / "root").exists()
+    argv = ["data", "prepare", "uea", "--source", str(src), "--missing", "interpolate"]
+    assert main([*argv, "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"train with: s5jax train --data {tmp_path / 'root' / 'uea' / 'Demo.npz'}" in out
+    assert "labels: 0=1, 1=2, 2=10" in out
+    for name in ("Demo", "Gap"):
+        want = load_ts(next(src.rglob(f"{name}_TRAIN.ts")), missing="interpolate", val_seed=2)
+        got = load_user_npz(tmp_path / "root" / "uea" / f"{name}.npz")
+        assert got.n_classes == want.n_classes and got.task == want.task
+        for s in ("train", "val", "test"):
+            np.testing.assert_array_equal(got.splits[s].x, want.splits[s].x)
+            np.testing.assert_array_equal(got.splits[s].y, want.splits[s].y)
+    assert [p.name for p, _ in convert_ts(src / "Demo", tmp_path / "o")] == ["Demo.npz"]
+    assert main(["data", "prepare", "pendulum", "--missing", "zero"]) == 2
+    assert "--missing applies to `s5jax data prepare uea` only" in capsys.readouterr().err
