@@ -45,8 +45,11 @@ matched case-insensitively (archive files write `@timeStamps` and `@timestamps`)
 
 Hand-written rather than borrowed: the format is small, a reader of our own gives one-line
 errors with file and line for every malformed input, and it keeps `sktime`/`aeon` (and
-pandas) out of the dependencies. Its output was compared with aeon 1.6.0's `load_from_ts_file`
-on the archive files listed in the CHANGELOG.
+pandas) out of the dependencies. It gives exactly the values and labels of aeon 1.6.0's
+`load_from_ts_file` on the TRAIN and TEST files of ACSF1, ArrowHead, BasicMotions, GunPoint,
+ItalyPowerDemand, JapaneseVowels, OSULeaf, PLAID, PickupGestureWiimoteZ, Tecator,
+Covid3Month, CardanoSentiment and UnitTest (checked by hand on 2026-11-25; aeon is not a
+dependency, so no test repeats it).
 """
 
 from __future__ import annotations
