@@ -6,6 +6,8 @@ s5jax [--debug] COMMAND ...                    a traceback with every error
 s5jax train EXPERIMENT|CONFIG.toml [--set a.b=c ...] [--workdir DIR]
             [--resume | --resume-or-start | --overwrite]
 s5jax train --data FILE.npz [--set ...]        your own data, default model
+s5jax train EXPERIMENT --seeds 0-19 [--workdir DIR]   one run per seed, and their mean ± std
+s5jax sweep SPACE.toml | EXPERIMENT --set key=a,b,c [--sample N]   search, select by val
 s5jax eval RUN_DIR [--split test] [--step-rescale R] [--checkpoint best|latest]
 s5jax predict RUN_DIR --out PRED.npz [--data FILE.npz|DATASET] [--split NAME] [--stream]
 s5jax export RUN_DIR --out DIR [--checkpoint best|latest] [--length L] [--overwrite]
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from .. import __version__
 from .._malloc import configure_cpu_malloc
+from ._sweep import SEEDS_HELP, add_sweep_parser, sweep, train_seeds
 
 __all__ = ["main"]
 
@@ -131,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
         help="replace the run in --workdir (the old one is deleted once the new one has "
         "written its config); without it a non-empty --workdir is refused",
     )
+    train.add_argument("--seeds", metavar="SEEDS", help=SEEDS_HELP)
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument(
         "--quick", action="store_true", help="a first look: a tenth of the epochs (at least one)"
@@ -183,6 +187,7 @@ def _parser() -> argparse.ArgumentParser:
     _predict_parser(sub)
     _export_parser(sub)
     _plot_parser(sub)
+    add_sweep_parser(sub)
 
     sub.add_parser(
         "list",
@@ -443,6 +448,8 @@ def _train(args) -> int:
         raise ValueError("name an EXPERIMENT (see `s5jax list`) or pass --data FILE.npz")
     if args.quick:
         config = apply_overrides(config, [f"train.epochs={max(1, config.train.epochs // 10)}"])
+    if args.seeds is not None:
+        return train_seeds(args, config, dataset)
     workdir = args.workdir or Path("runs") / config.name
     resume = "auto" if args.resume_or_start else args.resume
     summary = train_and_evaluate(
@@ -723,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         "export": _export,
         "list": _list,
         "plot": _plot,
+        "sweep": sweep,
         "config": _config,
         "data": _prepare,
     }

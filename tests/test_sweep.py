@@ -1,0 +1,264 @@
+"""`s5jax train --seeds` and `s5jax sweep`: real tiny runs of the synthetic experiment, their
+summaries read back against each run's own results.json, resumption, the trial scheduler on
+a fake device list, and the SPACE.toml errors."""
+
+import json
+import statistics
+import threading
+import time
+
+import pytest
+
+from s5jax.cli import main
+from s5jax.config import ConfigError, load_experiment
+from s5jax.train._sweep import (
+    SweepSpace,
+    device_slots,
+    parse_seeds,
+    read_space,
+    run_seeds,
+    run_trials,
+)
+
+# 2 steps per epoch on 16 examples of length 16: each run is mostly its compilation.
+TINY = [
+    "data.n_train=16",
+    "data.n_eval=8",
+    "data.seq_len=16",
+    "model.d_model=8",
+    "model.ssm_size=4",
+    "model.blocks=1",
+    "model.n_layers=1",
+]
+
+
+def _sets(*overrides):
+    return [a for o in (*TINY, *overrides) for a in ("--set", o)]
+
+
+def _files(folder):
+    """Every file under `folder` with its modification time and size."""
+    return {
+        p.relative_to(folder): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_parse_seeds():
+    assert parse_seeds("0-3") == [0, 1, 2, 3]
+    assert parse_seeds("0,3,5") == [0, 3, 5]
+    assert parse_seeds("0-2,9,1") == [0, 1, 2, 9]
+    for bad in ("", "a", "3-1", "1-", "-2"):
+        with pytest.raises(ValueError, match="--seeds"):
+            parse_seeds(bad)
+
+
+def test_seeds_summary_rerun_and_interrupted_seed(tmp_path, capsys):
+    work = tmp_path / "seeds"
+    args = ["train", "synthetic", "--workdir", str(work), "--no-progress"]
+    assert main([*args, "--seeds", "0-1", *_sets()]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads((work / "summary.json").read_text())
+    per_seed = []
+    for s in (0, 1):
+        results = json.loads((work / f"seed-{s}" / "results.json").read_text())
+        config = json.loads((work / f"seed-{s}" / "config.json").read_text())
+        assert config["train"]["seed"] == s
+        row = summary["per_seed"][s]
+        assert (row["seed"], row["status"]) == (s, "done")
+        assert row["test"] == results["test_at_best_val"]
+        assert row["best_val"] == results["best_val"]
+        per_seed.append(results["test_at_best_val"])
+    assert summary["n"] == 2 and summary["mean"] == pytest.approx(statistics.fmean(per_seed))
+    # sample standard deviation: |a - b| / sqrt(2) for two values
+    assert summary["std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2**0.5)
+    assert "ours (mean ± sample std)" in (work / "summary.md").read_text()
+    assert "ours (mean ± sample std)" in out
+    # The seeds differ: different initialisations and data orders.
+    m0 = (work / "seed-0" / "metrics.jsonl").read_text()
+    assert m0 != (work / "seed-1" / "metrics.jsonl").read_text()
+
+    # Rerun with one more seed, interrupted after that seed's first epoch (Ctrl-C while it
+    # prints): the finished seeds are read, not retrained (their files untouched), and the
+    # summary written on the way out holds them.
+    before = {s: _files(work / f"seed-{s}") for s in (0, 1)}
+    config = load_experiment("synthetic", TINY)
+
+    class CtrlCAfterEpoch1:
+        text = ""
+
+        def write(self, s):
+            self.text += s
+            if s.startswith("epoch 1:") and "seed-2" in self.text:
+                raise KeyboardInterrupt
+
+        def flush(self):
+            pass
+
+    stream = CtrlCAfterEpoch1()
+    with pytest.raises(KeyboardInterrupt):
+        run_seeds(config, [0, 1, 2], work, progress=False, stream=stream)
+    assert stream.text.count("finished earlier") == 2
+    assert {s: _files(work / f"seed-{s}") for s in (0, 1)} == before
+    partial = json.loads((work / "summary.json").read_text())
+    assert [r["seed"] for r in partial["per_seed"]] == [0, 1]
+    assert not (work / "seed-2" / "results.json").exists()
+
+    # The same command again resumes seed 2 from its epoch-1 checkpoint.
+    assert main([*args, "--seeds", "0-2", *_sets()]) == 0
+    err = capsys.readouterr().err
+    assert "resumed from epoch 1" in err
+    assert {s: _files(work / f"seed-{s}") for s in (0, 1)} == before
+    epochs = [
+        json.loads(line)["epoch"]
+        for line in (work / "seed-2" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "epoch"
+    ]
+    assert epochs == [1, 2]
+    summary = json.loads((work / "summary.json").read_text())
+    assert summary["n"] == 3 and summary["not_finished"] == []
+    r2 = json.loads((work / "seed-2" / "results.json").read_text())
+    assert summary["per_seed"][2]["test"] == r2["test_at_best_val"]
+
+    # A seed folder of another config is refused before anything trains.
+    assert main([*args, "--seeds", "0", *_sets("optim.ssm_lr=0.01")]) == 2
+    assert "optim.ssm_lr" in capsys.readouterr().err
+    assert main([*args, "--seeds", "0", "--set", "train.seed=3"]) == 2
+    assert "train.seed" in capsys.readouterr().err
+
+
+def test_grid_expands_in_order():
+    space = SweepSpace(
+        base="synthetic", grid={"optim.ssm_lr": [1e-3, 1e-2], "model.d_model": [8, 16, 32]}
+    )
+    trials = space.trials()
+    assert len(trials) == 6
+    assert trials[0] == {"optim.ssm_lr": 1e-3, "model.d_model": 8}
+    assert trials[1] == {"optim.ssm_lr": 1e-3, "model.d_model": 16}
+    assert trials[5] == {"optim.ssm_lr": 1e-2, "model.d_model": 32}
+    sampled = SweepSpace(grid=space.grid, samples=3, seed=1).trials()
+    assert len(sampled) == 3 and all(t in trials for t in sampled)
+    assert sampled == SweepSpace(grid=space.grid, samples=3, seed=1).trials()
+    rand = SweepSpace(random={"optim.ssm_lr": {"log_uniform": [1e-4, 1e-2]},
+                              "model.n_layers": {"int_uniform": [1, 3]},
+                              "model.d_model": [8, 16]}, samples=20, seed=0).trials()  # fmt: skip
+    assert len(rand) == 20
+    assert all(1e-4 <= t["optim.ssm_lr"] <= 1e-2 and t["model.n_layers"] in (1, 2, 3)
+               and t["model.d_model"] in (8, 16) for t in rand)  # fmt: skip
+
+
+def test_sweep_selects_by_val_and_reports_only_its_test(tmp_path, capsys):
+    space = tmp_path / "space.toml"
+    space.write_text(
+        'base = "synthetic"\n'
+        f"set = {json.dumps([*TINY, 'train.epochs=1'])}\n"
+        "[grid]\n"
+        "optim.ssm_lr = [0.001, 0.05]\n"
+    )
+    sweepdir = tmp_path / "sw"
+    assert main(["sweep", str(space), "--workdir", str(sweepdir), "--no-progress"]) == 0
+    recorded = json.loads((sweepdir / "sweep.json").read_text())
+    assert [t["dir"] for t in recorded["trials"]] == ["trial-000", "trial-001"]
+    assert recorded["trials"][1]["overrides"][-1] == "optim.ssm_lr=0.05"
+    results = [json.loads((sweepdir / t / "results.json").read_text())
+               for t in ("trial-000", "trial-001")]  # fmt: skip
+    assert (
+        json.loads((sweepdir / "trial-001" / "config.json").read_text())["optim"]["ssm_lr"] == 0.05
+    )
+    summary = json.loads((sweepdir / "summary.json").read_text())
+    vals = [r["best_val"] for r in results]
+    best = max(range(2), key=lambda i: (vals[i], -i))  # accuracy: higher; the first on a tie
+    assert summary["selected"] == f"trial-00{best}"
+    assert summary["test_accuracy_of_selected"] == results[best]["test_at_best_val"]
+    assert [r["best_val"] for r in summary["trials"]] == vals
+    assert all("test" not in k for r in summary["trials"] for k in r)
+    table = (sweepdir / "summary.md").read_text()
+    assert "(selected)" in table and table.count("test_accuracy") == 1
+    assert (sweepdir / "sweep.png").stat().st_size > 0
+    # Rerun: nothing retrained.
+    before = _files(sweepdir / "trial-000") | _files(sweepdir / "trial-001")
+    capsys.readouterr()
+    assert main(["sweep", str(space), "--workdir", str(sweepdir), "--no-progress"]) == 0
+    assert capsys.readouterr().err.count("finished earlier") == 2
+    assert _files(sweepdir / "trial-000") | _files(sweepdir / "trial-001") == before
+    # Another space in the same folder is refused.
+    space.write_text(space.read_text().replace("0.05", "0.02"))
+    assert main(["sweep", str(space), "--workdir", str(sweepdir)]) == 2
+    assert "another space" in capsys.readouterr().err
+
+
+def test_trials_spread_over_a_fake_device_list():
+    lock = threading.Lock()
+    busy: dict[str, int] = {}
+    seen, peak = [], [0]
+
+    def launch(task, device):
+        with lock:
+            assert device not in busy  # one trial per device at a time
+            busy[device] = task
+            peak[0] = max(peak[0], len(busy))
+        time.sleep(0.02)
+        with lock:
+            del busy[device]
+            seen.append((task, device))
+        return task * 10
+
+    assert run_trials(list(range(7)), ["0", "1", "2"], launch) == [t * 10 for t in range(7)]
+    assert sorted(t for t, _ in seen) == list(range(7))
+    assert peak[0] == 3 and {d for _, d in seen} == {"0", "1", "2"}
+
+    def failing(task, device):
+        if task == 1:
+            raise RuntimeError("trial 1 broke")
+        return task
+
+    with pytest.raises(RuntimeError, match="trial 1"):
+        run_trials([0, 1, 2], ["0"], failing)
+
+
+def test_device_slots():
+    assert device_slots("0,1,3") == ["0", "1", "3"]
+    assert device_slots("cpu") == []
+    assert device_slots(None, {"CUDA_VISIBLE_DEVICES": "2,5"}) == ["2", "5"]
+    assert device_slots(None, {"CUDA_VISIBLE_DEVICES": ""}) == []
+    with pytest.raises(ValueError, match="--devices"):
+        device_slots("0,,1")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('base = "synthetic"\n[grid]\noptim.ssm_rate = [1]\n', "optim.ssm_rate"),
+        ('base = "synthetic"\n[grid]\nssm_lr = [1]\n', "ssm_lr: expected section.key"),
+        ('base = "synthetic"\n[grid]\noptim.ssm_lr = []\n', "optim.ssm_lr: the list"),
+        ('base = "synthetic"\n[grid]\noptim.ssm_lr = { log_uniform = [1e-4, 1e-2] }\n',
+         "ranges belong in [random]"),
+        ('base = "synthetic"\nsamples = 4\n[random]\noptim.ssm_lr = { log_uniform = [0, 1] }\n',
+         "optim.ssm_lr: log_uniform needs low > 0"),
+        ('base = "synthetic"\nsamples = 4\n[random]\noptim.ssm_lr = { uniform = [2, 1] }\n',
+         "optim.ssm_lr: uniform needs low < high"),
+        ('base = "synthetic"\nsamples = 4\n[random]\noptim.ssm_lr = { normal = [0, 1] }\n',
+         "optim.ssm_lr: expected a list"),
+        ('base = "synthetic"\n[random]\noptim.ssm_lr = [1e-3]\n', "needs samples"),
+        ('base = "synthetic"\ntrials = 3\n[grid]\noptim.ssm_lr = [1e-3]\n', "unknown key 'trials'"),
+        ('[grid]\noptim.ssm_lr = [1e-3]\n', "give either base"),
+        ('base = "synthetic"\n', "[grid] or [random]"),
+    ],
+)  # fmt: skip
+def test_space_errors_name_the_key(tmp_path, text, message):
+    path = tmp_path / "space.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        read_space(path)
+    assert message in str(e.value) and str(path) in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_sweep_value_errors_name_the_trial_key(tmp_path, capsys):
+    # a value the config refuses: caught for every trial before any folder is made
+    code = main(["sweep", "synthetic", "--set", "model.d_model=8,-1",
+                 "--workdir", str(tmp_path / "sw")])  # fmt: skip
+    assert code == 2
+    assert "d_model" in capsys.readouterr().err
+    assert not (tmp_path / "sw").exists()
