@@ -425,7 +425,9 @@ def _train(args) -> int:
     if args.cpu_devices is not None:
         _cpu_devices(args.cpu_devices)
     from ..config import apply_overrides, load_experiment
-    from ..train import train_and_evaluate, user_data_config
+    from ..train import train_and_evaluate
+    from ..train._defaults import defaults_record
+    from ..train._runs import user_data_defaults
 
     if args.multihost:
         from ..train import initialize_multihost
@@ -441,9 +443,11 @@ def _train(args) -> int:
     if args.data:
         if args.experiment:
             raise ValueError("give either an EXPERIMENT or --data FILE.npz, not both")
-        config, dataset = user_data_config(args.data, args.overrides)
+        config, dataset, facts, chosen = user_data_defaults(args.data, args.overrides)
+        defaults = defaults_record(facts, chosen)
     elif args.experiment:
         config, dataset = load_experiment(args.experiment, args.overrides), None
+        defaults = None
     else:
         raise ValueError("name an EXPERIMENT (see `s5jax list`) or pass --data FILE.npz")
     if args.quick:
@@ -459,6 +463,7 @@ def _train(args) -> int:
         overwrite=args.overwrite,
         dataset=dataset,
         progress=not args.no_progress,
+        defaults=defaults,
     )
     print(f"run directory: {workdir}")
     return 0 if summary["epochs_run"] else 1

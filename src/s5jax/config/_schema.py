@@ -51,6 +51,7 @@ Partition = Literal["standard", "BandCdecay", "BfastandCdecay", "noBCdecay"]
 Schedule = Literal["cosine", "constant"]
 Missing = Literal["error", "zero", "ffill", "interpolate"]
 Unit = Literal["%", "1e-3", "1"]
+Normalize = Literal["none", "channel", "example"]
 
 _UNIT_SCALE = {"%": 0.01, "1e-3": 1e-3, "1": 1.0}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -105,6 +106,9 @@ class ModelConfig:
     products with float32 accumulation and bfloat16 activations; norm statistics, Λ, Δ, the
     discretisation, the SSM state, the head's output and the loss in float32). See `S5Model`.
 
+    `causal = true` marks a model meant for online use (each output from the steps so far):
+    it rules out `bidirectional` and example normalisation (`data.normalize = "example"`).
+
     `max_vocab_size` and `max_classes` bound the embedding table and the classification head
     the data may ask for (a stray token id of 2·10⁹ would otherwise allocate hundreds of GB);
     raise them for a genuinely larger vocabulary or label set.
@@ -116,6 +120,7 @@ class ModelConfig:
     blocks: int = 8
     conj_sym: bool = True
     bidirectional: bool = False
+    causal: bool = False
     discretization: Discretization = "zoh"
     c_init: CInit = "trunc_standard_normal"
     lambda_init: LambdaInit = "hippo"
@@ -159,6 +164,11 @@ class ModelConfig:
             f"model.dt_min = {self.dt_min} must be <= model.dt_max = {self.dt_max}",
         )
         _unit_interval(self, "model", "dropout", "bn_momentum")
+        _require(
+            not (self.causal and self.bidirectional),
+            "model.causal = true and model.bidirectional = true: a bidirectional layer reads "
+            "the future steps; set model.bidirectional = false for a causal (online) model",
+        )
         if self.head == "gaussian":
             _require(
                 self.pooling == "none",
@@ -244,7 +254,9 @@ class DataConfig:
     (when given, it documents and checks the expected length). `n_train`/`n_eval` limit the
     number of examples (generated datasets make that many; read ones are truncated): for smoke
     tests. `zero_shot_8khz` (speech) also evaluates on every-other-sample 8 kHz val/test sets
-    with Δ doubled.
+    with Δ doubled. `normalize` standardises float inputs: `"none"`, `"channel"` (per
+    feature, statistics of the train split) or `"example"` (each sequence on its own valid
+    steps; not causal); see `s5jax.data._normalize`.
     """
 
     dataset: str = "synthetic"
@@ -255,6 +267,7 @@ class DataConfig:
     n_train: int | None = None
     n_eval: int | None = None
     zero_shot_8khz: bool = False
+    normalize: Normalize = "none"
     missing: Missing = "error"
     val_fraction: float = 0.1
     val_seed: int = 0
@@ -366,4 +379,10 @@ class ExperimentConfig:
             self.optim.warmup_epochs <= self.train.epochs,
             f"optim.warmup_epochs = {self.optim.warmup_epochs} must not exceed "
             f"train.epochs = {self.train.epochs}",
+        )
+        _require(
+            not (self.model.causal and self.data.normalize == "example"),
+            "data.normalize = 'example' with model.causal = true: example normalisation uses "
+            "the whole sequence (its mean and std), so a causal model cannot use it online; "
+            "use data.normalize = 'channel'",
         )

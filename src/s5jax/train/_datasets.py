@@ -135,19 +135,22 @@ def load_user_data(path, data_cfg=None) -> PreparedDataset:
 
 def load_dataset(data_cfg) -> PreparedDataset:
     """The dataset named by `data_cfg.dataset` (a registered name, or a path to a `.npz` or
-    to a UEA/UCR `NAME_TRAIN.ts`)."""
+    to a UEA/UCR `NAME_TRAIN.ts`), its float inputs normalised as `data_cfg.normalize` says
+    (statistics from its train split; `s5jax.data._normalize`)."""
+    from ..data._normalize import normalize_dataset
+
     name = data_cfg.dataset
     if is_user_file(name):
-        return load_user_data(name, data_cfg)
+        return normalize_dataset(load_user_data(name, data_cfg), data_cfg.normalize)
     if name not in DATASETS:
         raise ValueError(
             f"data.dataset must be one of {sorted(DATASETS)} or a path to a .npz file or a "
             f"NAME_TRAIN.ts file, got {name!r}"
         )
     dataset = DATASETS[name](data_cfg)
-    if name == "synthetic":  # made to the requested sizes already
-        return dataset
-    return limit_and_check(dataset, data_cfg)
+    if name != "synthetic":  # synthetic is made to the requested sizes already
+        dataset = limit_and_check(dataset, data_cfg)
+    return normalize_dataset(dataset, data_cfg.normalize)
 
 
 def sequence_length(split: Split) -> int:

@@ -255,6 +255,7 @@ def train_and_evaluate(
     dataset: PreparedDataset | None = None,
     progress: bool = True,
     stream=None,
+    defaults: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train `config` in `workdir`; return the run's summary (also written to results.json).
 
@@ -270,6 +271,8 @@ def train_and_evaluate(
     - `dataset`: use this dataset instead of the one the config names.
     - `progress`: show a progress bar per epoch.
     - `stream`: where messages go (default stderr).
+    - `defaults`: the settings chosen from the data (`s5jax.train._defaults.defaults_record`),
+      printed first and recorded in run_info.json under `"defaults"`.
 
     Every input (config, data, `workdir`) is checked before anything is written to `workdir`;
     a resumed run's checkpoint is checked against `config` before config.json is replaced.
@@ -288,13 +291,13 @@ def train_and_evaluate(
             mode = check_workdir(workdir, resume=resume, overwrite=overwrite)
         else:
             mode = "resume" if resume else "new"
-        return _own_run(run, lock, mode, progress, out)
+        return _own_run(run, lock, mode, progress, out, defaults)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _own_run(run: _Run, lock, mode: str, progress: bool, out) -> dict[str, Any]:
+def _own_run(run: _Run, lock, mode: str, progress: bool, out, defaults=None) -> dict[str, Any]:
     """The run in its locked folder: restore or start, write the config, train, finish."""
     config, workdir = run.config, run.workdir
     history: dict[str, Any] = {
@@ -330,12 +333,15 @@ def _own_run(run: _Run, lock, mode: str, progress: bool, out) -> dict[str, Any]:
 
     def write_start(folder: Path) -> None:
         dump_json(config, folder / "config.json")
-        write_json(folder / "run_info.json", run_info(n_params=run.n_params, devices=run.parallel))
+        info = run_info(n_params=run.n_params, devices=run.parallel)
+        write_json(folder / "run_info.json", info | ({"defaults": defaults} if defaults else {}))
 
     if mode == "overwrite":
         replace_run_dir(workdir, lock, write_start)
     else:
         write_start(workdir)
+    if defaults:
+        print("\n".join(defaults["lines"]), file=out)
     print(
         f"{config.name}: {run.n_params:,} parameters; {run.steps_per_epoch} steps per epoch "
         f"on {run.parallel.describe()}",

@@ -25,6 +25,7 @@ import numpy as np
 from .._atomic import atomic_open
 from ..data import DatasetError, PreparedDataset, Split
 from ..data._batches import iterate_batches, num_batches
+from ..data._normalize import EPS, apply_normalization, normalize_inputs
 from ..data._npz import _check_finite, _check_lengths, _check_times, _Reader
 from ._engine import _host_batch, _model_inputs, _Run
 from ._progress import Progress
@@ -227,9 +228,13 @@ def _read_source(run: _Run, expect: _Expect, data, split: str) -> tuple[str | No
         dataset = run.dataset
     elif name.endswith(".npz") or Path(name).expanduser().exists():
         where, arrays = _read_npz(Path(name).expanduser(), split, expect)
+        # New data gets the training data's normalisation (data.normalize, train statistics).
+        info = run.dataset.meta.get("normalization")
+        arrays["x"] = normalize_inputs(arrays["x"], arrays["lengths"], info)
         return where, arrays, name
     elif name in DATASETS:
-        dataset = load_dataset(replace(config.data, dataset=name))
+        raw = load_dataset(replace(config.data, dataset=name, normalize="none"))
+        dataset = apply_normalization(raw, run.dataset.meta.get("normalization"))
     else:
         raise FileNotFoundError(
             f"--data {name}: no such file; give an .npz file or a dataset name "
@@ -469,6 +474,7 @@ def _export_forward(run: _Run, expect: _Expect, length: int | None):
 
     model = _sequential_model(run)
     state = run.model_state
+    info = run.dataset.meta.get("normalization")
 
     def build(b, L):
         names, shapes = _forward_inputs(model, expect, b, L)
@@ -477,6 +483,7 @@ def _export_forward(run: _Run, expect: _Expect, length: int | None):
             given = dict(zip(names, args, strict=True))
 
             def one(x, n, dt):
+                x = _normalize_traced(x, n, info)
                 return model(x, state, inference=True, lengths=n, dt=dt)[0]
 
             axes = [0 if k in given else None for k in ("x", "lengths", "dt")]
@@ -499,6 +506,24 @@ def _export_forward(run: _Run, expect: _Expect, length: int | None):
     return (*build(b, length), f"fixed length {length}: {note}")
 
 
+def _normalize_traced(x, n, info):
+    """One sequence `x` (L, D) normalised inside the exported function as the run's data was
+    (`data.normalize`; `s5jax.data._normalize`), padding (steps from `n` on) zero."""
+    mode = "none" if info is None else info["mode"]
+    if mode == "none" or x.ndim != 2:
+        return x
+    valid = (jnp.arange(x.shape[0]) < (x.shape[0] if n is None else n))[:, None]
+    if mode == "channel":
+        mean = jnp.asarray(info["mean"], x.dtype)[None, :]
+        std = jnp.asarray(info["std"], x.dtype)[None, :]
+    else:
+        count = jnp.maximum(valid.sum(), 1).astype(x.dtype)
+        mean = jnp.where(valid, x, 0.0).sum(0, keepdims=True) / count
+        std = jnp.sqrt(jnp.where(valid, (x - mean) ** 2, 0.0).sum(0, keepdims=True) / count)
+    out = (x - mean) / jnp.where(std < EPS, 1.0, std)
+    return jnp.where(valid, out, 0.0).astype(x.dtype)
+
+
 def _train_length(run: _Run) -> int:
     x = run.dataset.splits["train"].x
     return int(x.shape[-1] if np.issubdtype(x.dtype, np.integer) else x.shape[1])
@@ -513,7 +538,15 @@ def _export_step(run: _Run, expect: _Expect):
     leaves, treedef = jax.tree_util.tree_flatten(stream)
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(stream)[0]]
 
+    info = run.dataset.meta.get("normalization")
+    if info is not None and info["mode"] == "example":
+        raise ValueError(
+            "data.normalize = 'example' standardises each sequence with its own mean and std, "
+            "which an online step cannot know"
+        )
+
     def one(state, x_t, dt_t, reset):
+        x_t = _normalize_traced(x_t[None], None, info)[0] if x_t.ndim == 1 else x_t
         new, out = model.step(
             jax.tree_util.tree_unflatten(treedef, list(state)), x_t, dt_t=dt_t, reset=reset
         )
@@ -610,6 +643,7 @@ def _spec(run, expect, names, forward, fixed, step, state_spec, no_step, which) 
         "vocab_size": expect.vocab_size,
         "d_input": None if expect.tokens else expect.d_input,
         "n_classes": expect.n_classes or None,
+        "normalization": run.dataset.meta.get("normalization"),
         "forward": {
             "file": "forward.jax",
             "inputs": _describe(names, forward.in_avals),
@@ -619,7 +653,8 @@ def _spec(run, expect, names, forward, fixed, step, state_spec, no_step, which) 
             "call": f"jax.export.deserialize(bytearray(open('forward.jax', 'rb').read()))"
             f".call({', '.join(names)}) -> {outputs[0] if len(outputs) == 1 else tuple(outputs)}"
             "; inference mode (no dropout, BatchNorm running statistics); x of b examples "
-            "of l steps; dt: per-step Δ multipliers [1, t1 - t0, ...]; lengths: valid steps",
+            "of l steps, raw (the run's data.normalize, in 'normalization', is applied "
+            "inside); dt: per-step Δ multipliers [1, t1 - t0, ...]; lengths: valid steps",
         },
     }
     if step is None:

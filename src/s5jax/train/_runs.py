@@ -10,12 +10,22 @@ from pathlib import Path
 from typing import Any
 
 from ..config import DataConfig, ExperimentConfig, apply_overrides, load_experiment
+from ..config._overrides import parse_override
 from ..data import PreparedDataset, data_root
+from ..data._normalize import normalize_dataset
 from ._checkpoint import Checkpoints
 from ._datasets import load_dataset, load_user_data
+from ._defaults import choose_defaults, inspect_data
 from ._engine import _Run
 
-__all__ = ["DATA_SOURCES", "data_status", "evaluate_run", "load_run", "user_data_config"]
+__all__ = [
+    "DATA_SOURCES",
+    "data_status",
+    "evaluate_run",
+    "load_run",
+    "user_data_config",
+    "user_data_defaults",
+]
 
 #: Where each dataset comes from: generated here, or what to download and where to put it.
 DATA_SOURCES: dict[str, str] = {
@@ -55,29 +65,54 @@ def data_status(dataset: str) -> str:
 
 
 def user_data_config(path: str | os.PathLike, overrides=()) -> tuple[ExperimentConfig, Any]:
-    """A default experiment for a user's `.npz`: the model follows the data's task and shape.
+    """A default experiment for a user's `.npz`, its settings chosen from the data.
+
+    **Returns:** `(config, dataset)`, the dataset normalised as `config.data.normalize` says.
+    See `user_data_defaults`, which also returns what was chosen and why.
+    """
+    config, dataset, _facts, _chosen = user_data_defaults(path, overrides)
+    return config, dataset
+
+
+def user_data_defaults(path: str | os.PathLike, overrides=()):
+    """A default experiment for a user's data file, with every unset setting chosen from the
+    training split by the rules of `s5jax.train._defaults` (normalisation, direction and
+    norm, timescales, width, batch, budget); `overrides` (`section.key=value`) always win.
 
     Classification: mean pooling (masked mean when lengths are given) and a classification
     head. Regression per step: no pooling; per sequence: mean pooling. Token inputs use the
-    embedding encoder. 4 layers, H = 64, P = 64, J = 4, LayerNorm pre-norm, unidirectional.
+    embedding encoder. 4 layers, pre-norm, half-GLU activation.
 
-    **Returns:** `(config, dataset)`.
+    **Returns:** `(config, dataset, facts, chosen)`: the resolved config, the dataset
+    normalised as `config.data.normalize` says, the `DataFacts` measured and the list of
+    `Choice`s (key, value, reason) the run prints first and records in run_info.json.
     """
-    dataset = load_user_data(path, _data_options(overrides))
-    train = dataset.splits["train"]
-    per_step = dataset.task == "regression" and train.y.ndim == 3
-    pooling = "none" if per_step else ("masked_mean" if train.lengths is not None else "mean")
+    raw = load_user_data(path, _data_options(overrides))
+    user = dict(parse_override(o) for o in overrides)
+    facts = inspect_data(raw)
+    chosen = choose_defaults(facts, user)
+    train = raw.splits["train"]
+    pooling = "none" if facts.per_step else (
+        "masked_mean" if train.lengths is not None else "mean")  # fmt: skip
     base = load_experiment("synthetic")
     model = replace(
         base.model, n_layers=4, d_model=64, ssm_size=64, blocks=4, norm="layer",
-        encoder="embedding" if dataset.vocab_size is not None else "dense", pooling=pooling,
-        head="classification" if dataset.task == "classification" else "regression",
+        encoder="embedding" if raw.vocab_size is not None else "dense", pooling=pooling,
+        head="classification" if raw.task == "classification" else "regression",
     )  # fmt: skip
-    data = replace(base.data, dataset=str(Path(path).resolve()), batch_size=32)
+    data = DataConfig(dataset=str(Path(path).resolve()), batch_size=32)
     train_cfg = replace(base.train, epochs=20, log_every=50)
     cfg = replace(base, name=Path(path).stem or "user-data", model=model, data=data,
                   train=train_cfg, description=f"user data {path}")  # fmt: skip
-    return apply_overrides(cfg, overrides), dataset
+    settings = [f"{c.key}={_text(c.value)}" for c in chosen]
+    cfg = apply_overrides(cfg, [*settings, *overrides])
+    dataset = normalize_dataset(raw, cfg.data.normalize)
+    return cfg, dataset, facts, chosen
+
+
+def _text(value) -> str:
+    """A chosen value as override text."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _data_options(overrides) -> DataConfig:

@@ -1,0 +1,270 @@
+"""Settings chosen from the data when a user gives only `--data` (`s5jax train --data FILE`).
+
+`inspect_data` measures the training split (task, sizes, lengths, padding, the spread of
+scales across examples); `choose_defaults` turns those facts into settings, each with the
+reason it was chosen. A key the user sets (`--set key=value`) is never chosen: the user's value
+stands. The rules, in the order they are applied:
+
+1. **Normalisation** (`data.normalize`, float inputs only). The spread is, per channel, the
+   ratio of the 90th to the 10th percentile of the examples' own standard deviations (over their
+   valid steps); its largest value over the channels decides. Above `SPREAD_EXAMPLE` (100: two
+   orders of magnitude) the amplitudes say more about the recording than about the class, and
+   a channel-standardised model sees most examples as flat lines: `"example"` (each sequence
+   standardised on its own). Otherwise `"channel"` (train-split statistics), which keeps the
+   amplitude as information. A causal model (per-step targets, or `model.causal = true`) gets
+   `"channel"`: example statistics need the whole sequence.
+2. **Direction and norm.** Whole-sequence targets (classification, per-sequence regression):
+   bidirectional layers with BatchNorm, the paper's LRA recipe. Per-step targets or
+   `model.causal = true`: unidirectional (causal) layers with LayerNorm, which normalises each
+   step on its own, so training and online use see the same computation.
+3. **Timescales** (`model.dt_min`, `model.dt_max`). A mode with step Δ remembers about 1/Δ
+   steps (HiPPO-N real parts are −1/2), so the slowest initial timescale should reach the
+   whole sequence: `dt_min = 1 / L` with L the longest valid length, kept within
+   [`DT_MIN_FLOOR`, `DT_MIN_CEIL`] (= [1e-4, 1e-2]); `dt_max = 0.1` as in the paper, whose
+   fastest timescale of ~10 steps already resolves short events. (The paper's fixed
+   dt_min = 0.001 suits L ≈ 1,000; for L = 24 it puts most timescales far beyond the data.)
+4. **Width** (`model.d_model` = H, `model.ssm_size` = P = H, 4 layers, J = 4 blocks): the power
+   of two nearest 4·√N_train, within [`WIDTH_MIN`, `WIDTH_MAX`] = [32, 128]: small data gets a
+   small model (fewer parameters to fit from few examples, and cheap).
+5. **Batch** (`data.batch_size`): 32, or 16 below 256 training examples and 8 below 64, so
+   that small datasets still take several steps per epoch.
+6. **Budget** (`train.epochs` from a step budget in optimiser steps): 100 epochs' worth of
+   steps, kept within [`MIN_STEPS`, `MAX_STEPS`] = [1000, 4000]; the epochs are that budget
+   divided by the steps per epoch (rounded up).
+   Linear warm-up over the first 10% of the epochs, then cosine decay (the paper's schedule).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ..data import PreparedDataset
+
+__all__ = [
+    "Choice",
+    "DataFacts",
+    "choose_defaults",
+    "defaults_record",
+    "format_choices",
+    "inspect_data",
+]
+
+SPREAD_EXAMPLE = 100.0
+DT_MIN_FLOOR, DT_MIN_CEIL, DT_MAX = 1e-4, 1e-2, 0.1
+WIDTH_MIN, WIDTH_MAX = 32, 128
+EPOCHS_WORTH, MIN_STEPS, MAX_STEPS = 100, 1000, 4000
+WARMUP_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What the rules look at, measured on the training split."""
+
+    task: str
+    per_step: bool
+    tokens: bool
+    n_train: int
+    seq_len: int
+    max_length: int
+    min_length: int
+    padded_fraction: float
+    channels: int
+    spread: float | None
+
+    def describe(self) -> str:
+        lengths = (
+            f"length {self.seq_len}"
+            if self.min_length == self.max_length == self.seq_len
+            else f"lengths {self.min_length}-{self.max_length} (padded to {self.seq_len}, "
+            f"{self.padded_fraction:.0%} padding)"
+        )
+        spread = "" if self.spread is None else f", scale spread {self.spread:.3g}"
+        what = "per-step " if self.per_step else ""
+        return (
+            f"{self.n_train} training examples, {lengths}, {self.channels} channel(s), "
+            f"{what}{self.task}{spread}"
+        )
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One setting chosen from the data: the key path, the value and why."""
+
+    key: str
+    value: Any
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.key} = {self.value!r} ({self.reason})"
+
+
+def _quantile_spread(std: np.ndarray) -> float:
+    """max over channels of q90 / q10 of the examples' standard deviations."""
+    q10, q90 = np.quantile(std, [0.1, 0.9], axis=0)
+    ratio = q90 / np.maximum(q10, 1e-12)
+    return float(np.max(np.where(q90 <= 1e-12, 1.0, ratio)))
+
+
+def inspect_data(dataset: PreparedDataset) -> DataFacts:
+    """The facts the rules use, from `dataset.splits["train"]` (the other splits are not read)."""
+    train = dataset.splits["train"]
+    x = np.asarray(train.x)
+    tokens = dataset.vocab_size is not None
+    n, L = x.shape[0], x.shape[1]
+    lengths = np.full(n, L) if train.lengths is None else np.asarray(train.lengths)
+    spread = None
+    if not tokens and x.ndim == 3:
+        mask = (np.arange(L)[None, :] < lengths[:, None])[..., None]
+        count = lengths[:, None].astype(np.float64)
+        xd = x.astype(np.float64)
+        mean = (xd * mask).sum(axis=1) / count
+        std = np.sqrt((((xd - mean[:, None]) * mask) ** 2).sum(axis=1) / count)
+        spread = _quantile_spread(std)
+    per_step = dataset.task == "regression" and np.asarray(train.y).ndim == 3
+    return DataFacts(
+        task=dataset.task,
+        per_step=bool(per_step),
+        tokens=tokens,
+        n_train=int(n),
+        seq_len=int(L),
+        max_length=int(lengths.max()),
+        min_length=int(lengths.min()),
+        padded_fraction=float(1 - lengths.sum() / (n * L)),
+        channels=1 if x.ndim == 2 else int(x.shape[2]),
+        spread=spread,
+    )
+
+
+def _pow2(value: float) -> int:
+    return 2 ** round(math.log2(max(value, 1.0)))
+
+
+def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
+    """The settings the rules choose for `facts`, skipping every key in `user` (set by the
+    user, key path → value). The user's values are read where a rule depends on them
+    (`model.causal`, `data.batch_size`, `data.normalize`)."""
+    chosen: list[Choice] = []
+
+    def choose(key: str, value: Any, reason: str) -> None:
+        if key not in user:
+            chosen.append(Choice(key, value, reason))
+
+    def get(key: str, default: Any) -> Any:
+        if key in user:
+            return user[key]
+        for c in chosen:
+            if c.key == key:
+                return c.value
+        return default
+
+    user_causal = bool(user.get("model.causal", False))
+    causal = user_causal or (facts.per_step and user.get("data.normalize") != "example")
+    if facts.per_step:
+        choose(
+            "model.causal",
+            causal,
+            "per-step targets: each output from the steps up to it, as online use needs",
+        )
+
+    # 1. normalisation
+    if facts.tokens:
+        choose("data.normalize", "none", "token inputs are ids, not measurements")
+    elif causal:
+        choose(
+            "data.normalize",
+            "channel",
+            "causal model: per-channel train-split statistics (example statistics need the "
+            "whole sequence)",
+        )
+    elif facts.spread is not None and facts.spread > SPREAD_EXAMPLE:
+        choose(
+            "data.normalize",
+            "example",
+            f"the examples' scales differ by {facts.spread:.3g}x (90th/10th percentile of "
+            f"per-example std) > {SPREAD_EXAMPLE:g}: each series standardised on its own",
+        )
+    else:
+        spread = "" if facts.spread is None else f"{facts.spread:.3g}x "
+        choose(
+            "data.normalize",
+            "channel",
+            f"the examples' scales differ by {spread}(90th/10th percentile of per-example "
+            f"std) <= {SPREAD_EXAMPLE:g}: per-channel train-split statistics keep the "
+            "amplitude as information",
+        )
+
+    # 2. direction and norm
+    if causal:
+        why = "per-step targets" if facts.per_step and not user_causal else "model.causal = true"
+        choose("model.bidirectional", False, f"{why}: causal layers read no future steps")
+        choose("model.norm", "layer", f"{why}: LayerNorm normalises each step on its own")
+    else:
+        why = "whole-sequence target: the paper's LRA recipe"
+        choose("model.bidirectional", True, why)
+        choose("model.norm", "batch", why)
+
+    # 3. timescales
+    if "model.dt_min" not in user and "model.dt_max" not in user:
+        dt_min = float(min(max(1.0 / facts.max_length, DT_MIN_FLOOR), DT_MIN_CEIL))
+        choose(
+            "model.dt_min",
+            float(f"{dt_min:.3g}"),
+            f"1 / longest length {facts.max_length}, within [{DT_MIN_FLOOR:g}, "
+            f"{DT_MIN_CEIL:g}]: the slowest initial timescale spans the sequence",
+        )
+        choose("model.dt_max", DT_MAX, "the paper's value: the fastest timescale ~10 steps")
+
+    # 4. width
+    width = min(max(_pow2(4 * math.sqrt(facts.n_train)), WIDTH_MIN), WIDTH_MAX)
+    why = (
+        f"nearest power of two to 4*sqrt({facts.n_train} training examples), within "
+        f"[{WIDTH_MIN}, {WIDTH_MAX}]"
+    )
+    choose("model.d_model", width, why)
+    if "model.ssm_size" not in user and "model.blocks" not in user:
+        choose("model.ssm_size", get("model.d_model", width), "P = H")
+        choose("model.blocks", 4, "J = 4 HiPPO-N blocks")
+
+    # 5. batch
+    batch = 32 if facts.n_train >= 256 else 16 if facts.n_train >= 64 else 8
+    choose("data.batch_size", batch, f"{facts.n_train} training examples: several steps per epoch")
+    batch = int(get("data.batch_size", batch))
+
+    # 6. budget
+    per_epoch = max(1, math.ceil(facts.n_train / batch))
+    steps = min(max(EPOCHS_WORTH * per_epoch, MIN_STEPS), MAX_STEPS)
+    epochs = max(1, math.ceil(steps / per_epoch))
+    choose(
+        "train.epochs",
+        epochs,
+        f"a budget of {epochs * per_epoch} optimiser steps ({EPOCHS_WORTH} epochs' worth "
+        f"within [{MIN_STEPS}, {MAX_STEPS}]): {facts.n_train} examples / batch {batch} = "
+        f"{per_epoch} steps per epoch",
+    )
+    epochs = int(get("train.epochs", epochs))
+    warmup = max(1, round(WARMUP_FRACTION * epochs)) if epochs > 1 else 0
+    choose(
+        "optim.warmup_epochs",
+        warmup,
+        f"linear warm-up over {WARMUP_FRACTION:.0%} of {epochs} epochs, then cosine decay",
+    )
+    return chosen
+
+
+def format_choices(facts: DataFacts, chosen: list[Choice]) -> list[str]:
+    """The lines a run prints first: the data's facts, then one line per chosen setting."""
+    lines = [f"defaults chosen from the data ({facts.describe()}); --set KEY=VALUE overrides:"]
+    return lines + [f"  {c.line()}" for c in chosen]
+
+
+def defaults_record(facts: DataFacts, chosen: list[Choice]) -> dict[str, Any]:
+    """What a run records under run_info.json's `"defaults"` (and prints from `"lines"`)."""
+    return {
+        "facts": asdict(facts),
+        "chosen": {c.key: {"value": c.value, "reason": c.reason} for c in chosen},
+        "lines": format_choices(facts, chosen),
+    }

@@ -1,0 +1,204 @@
+"""Settings chosen from the data (`s5jax train --data FILE` with nothing set) and
+`data.normalize`: the rules on synthetic arrays, the user's `--set` winning, the reasons
+printed and recorded, and one normalisation across training, eval, predict and export."""
+
+import json
+
+import numpy as np
+import pytest
+
+from s5jax.cli import main
+from s5jax.config import ConfigError, apply_overrides, load_experiment
+from s5jax.data import PreparedDataset, Split
+from s5jax.data._normalize import normalize_dataset
+from s5jax.train import evaluate_run, export_run, predict_run
+from s5jax.train._defaults import DataFacts, choose_defaults
+from s5jax.train._runs import user_data_defaults
+
+TINY = ["model.n_layers=1", "model.d_model=8", "model.ssm_size=8", "model.blocks=2",
+        "train.epochs=1", "optim.warmup_epochs=0"]  # fmt: skip
+
+
+def save(path, rng, *, n=24, L=16, D=2, spread=False, lengths=False, per_step=False):
+    """An own-data .npz; `spread`: each example's scale drawn over five orders of magnitude."""
+    arrays = {}
+    for split, m in (("train", n), ("val", 8), ("test", 12)):
+        x = rng.standard_normal((m, L, D)) + 0.5
+        if spread:
+            x *= 10.0 ** rng.uniform(-3, 2, (m, 1, 1))
+        if lengths:
+            ln = rng.integers(L // 2, L + 1, m)
+            x[np.arange(L)[None, :] >= ln[:, None]] = 0.0
+            arrays[f"lengths_{split}"] = ln
+        arrays[f"x_{split}"] = x.astype(np.float32)
+        arrays[f"y_{split}"] = (
+            rng.standard_normal((m, L)).astype(np.float32) if per_step else rng.integers(0, 3, m)
+        )
+    np.savez(path, **arrays)
+    return path
+
+
+def chosen_of(path, overrides=()):
+    config, dataset, _, chosen = user_data_defaults(path, overrides)
+    return config, dataset, {c.key: c for c in chosen}
+
+
+def test_scale_spread_chooses_example_normalisation(tmp_path):
+    rng = np.random.default_rng(0)
+    config, dataset, chosen = chosen_of(save(tmp_path / "a.npz", rng, spread=True))
+    assert chosen["data.normalize"].value == "example"
+    assert "differ by" in chosen["data.normalize"].reason
+    assert config.data.normalize == "example"
+    assert dataset.meta["normalization"] == {"mode": "example"}
+    # whole-sequence classification: the paper's LRA recipe
+    assert config.model.bidirectional and config.model.norm == "batch"
+    assert not config.model.causal
+
+
+def test_equal_scales_choose_channel_normalisation(tmp_path):
+    rng = np.random.default_rng(1)
+    _, dataset, chosen = chosen_of(save(tmp_path / "a.npz", rng))
+    assert chosen["data.normalize"].value == "channel"
+    assert dataset.meta["normalization"]["mode"] == "channel"
+
+
+def test_per_step_targets_choose_causal_layernorm(tmp_path):
+    rng = np.random.default_rng(2)
+    config, _, chosen = chosen_of(save(tmp_path / "a.npz", rng, spread=True, per_step=True))
+    assert config.model.causal and not config.model.bidirectional
+    assert config.model.norm == "layer" and config.model.pooling == "none"
+    # example statistics need the whole sequence: not for a causal model, whatever the spread
+    assert chosen["data.normalize"].value == "channel"
+    assert "causal" in chosen["data.normalize"].reason
+
+
+def test_user_causal_forces_unidirectional_and_refuses_example(tmp_path):
+    rng = np.random.default_rng(3)
+    path = save(tmp_path / "a.npz", rng, spread=True)
+    config, _, chosen = chosen_of(path, ["model.causal=true"])
+    assert not config.model.bidirectional and config.model.norm == "layer"
+    assert config.data.normalize == "channel" and "model.causal" not in chosen
+    with pytest.raises(ConfigError, match=r"data.normalize = 'example' with model.causal"):
+        user_data_defaults(path, ["model.causal=true", "data.normalize=example"])
+    with pytest.raises(ConfigError, match=r"model.causal = true and model.bidirectional"):
+        user_data_defaults(path, ["model.causal=true", "model.bidirectional=true"])
+
+
+def test_user_settings_win_and_are_not_chosen(tmp_path):
+    rng = np.random.default_rng(4)
+    path = save(tmp_path / "a.npz", rng, spread=True)
+    sets = ["data.normalize=none", "model.d_model=16", "train.epochs=7", "data.batch_size=4",
+            "model.bidirectional=false", "model.dt_min=0.002"]  # fmt: skip
+    config, dataset, chosen = chosen_of(path, sets)
+    for key in ("data.normalize", "model.d_model", "train.epochs", "data.batch_size",
+                "model.bidirectional", "model.dt_min", "model.dt_max"):  # fmt: skip
+        assert key not in chosen
+    assert config.data.normalize == "none" and "normalization" not in dataset.meta
+    assert (config.model.d_model, config.train.epochs, config.data.batch_size) == (16, 7, 4)
+    assert (config.model.dt_min, config.model.dt_max) == (0.002, 0.1)  # dt_max: schema default
+    assert not config.model.bidirectional
+    assert config.model.ssm_size == 16  # P follows the user's H
+    assert chosen["optim.warmup_epochs"].value == 1  # from the user's 7 epochs
+    raw = np.load(path)["x_train"]
+    np.testing.assert_array_equal(dataset.splits["train"].x, raw)
+
+
+def test_rule_values_for_a_long_padded_dataset():
+    # PLAID's shape: 428 examples, lengths 100-1344, amplitudes over five decades
+    facts = DataFacts(task="classification", per_step=False, tokens=False, n_train=428,
+                      seq_len=1344, max_length=1344, min_length=100, padded_fraction=0.76,
+                      channels=1, spread=1.5e5)  # fmt: skip
+    c = {x.key: x for x in choose_defaults(facts, {})}
+    values = {k: v.value for k, v in c.items()}
+    assert values == {
+        "data.normalize": "example", "model.bidirectional": True, "model.norm": "batch",
+        "model.dt_min": 0.000744, "model.dt_max": 0.1, "model.d_model": 64,
+        "model.ssm_size": 64, "model.blocks": 4, "data.batch_size": 32, "train.epochs": 100,
+        "optim.warmup_epochs": 10,
+    }  # fmt: skip
+    assert "428 examples / batch 32 = 14 steps per epoch" in c["train.epochs"].reason
+    # a tiny short one: 30 examples of 24 steps -> small model, small batches, 1,000 steps
+    small = DataFacts("classification", False, False, 30, 24, 24, 24, 0.0, 1, 1.0)
+    values = {x.key: x.value for x in choose_defaults(small, {})}
+    assert (values["model.d_model"], values["data.batch_size"], values["train.epochs"]) == (
+        32, 8, 250)  # fmt: skip
+    assert values["model.dt_min"] == 0.01 and values["data.normalize"] == "channel"
+
+
+def _dataset(train_x, other_x, lengths=None, other_lengths=None):
+    y = np.zeros(len(train_x), np.int32)
+    return PreparedDataset(
+        "d", "classification",
+        {"train": Split(train_x, y, lengths),
+         "test": Split(other_x, np.zeros(len(other_x), np.int32), other_lengths)},
+        n_classes=2,
+    )  # fmt: skip
+
+
+def test_channel_statistics_come_from_the_train_split_only():
+    rng = np.random.default_rng(5)
+    train = (rng.standard_normal((6, 5, 2)) * [1.0, 10.0] + [3.0, -2.0]).astype(np.float32)
+    lengths = np.array([5, 3, 4, 5, 2, 5], np.int32)
+    train[np.arange(5)[None, :] >= lengths[:, None]] = 0.0
+    test = (100 + rng.standard_normal((4, 5, 2))).astype(np.float32)  # far from train
+    out = normalize_dataset(_dataset(train, test, lengths), "channel")
+    valid = np.concatenate([train[i, : lengths[i]] for i in range(6)])  # padding excluded
+    mean, std = valid.mean(0), valid.std(0)
+    assert np.allclose(out.meta["normalization"]["mean"], mean, atol=1e-5)
+    assert np.allclose(out.meta["normalization"]["std"], std, atol=1e-5)
+    np.testing.assert_allclose(out.splits["test"].x, (test - mean) / std, rtol=1e-5, atol=1e-5)
+    got = out.splits["train"].x
+    assert np.all(got[np.arange(5)[None, :] >= lengths[:, None]] == 0.0)  # padding stays zero
+
+
+def test_example_normalisation_standardises_each_valid_part():
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((4, 8, 1)) * [[[1e-3]], [[1.0]], [[50.0]], [[1e4]]]).astype(np.float32)
+    lengths = np.array([8, 3, 5, 8], np.int32)
+    x[np.arange(8)[None, :] >= lengths[:, None]] = 0.0
+    out = normalize_dataset(_dataset(x, x, lengths, lengths), "example").splits["test"].x
+    for i, n in enumerate(lengths):
+        assert abs(out[i, :n].mean()) < 1e-5 and abs(out[i, :n].std() - 1) < 1e-4
+        assert np.all(out[i, n:] == 0.0)
+
+
+def test_registered_experiments_are_not_normalised():
+    config = load_experiment("synthetic")
+    assert config.data.normalize == "none"
+    assert apply_overrides(config, ["data.normalize=channel"]).data.normalize == "channel"
+
+
+def test_train_eval_predict_export_use_one_normalisation(tmp_path, capsys):
+    """Example normalisation chosen and applied in training; `s5jax eval` (data reloaded
+    from config.json), `predict` on the raw file (the new-data path) and the exported
+    forward on raw arrays give the same test loss."""
+    rng = np.random.default_rng(7)
+    path = save(tmp_path / "mine.npz", rng, n=16, L=12, spread=True, lengths=True)
+    run = tmp_path / "run"
+    args = ["train", "--data", str(path), "--workdir", str(run), "--no-progress"]
+    assert main([*args, *[a for s in TINY for a in ("--set", s)]]) == 0
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert first.startswith("defaults chosen from the data (16 training examples")
+    assert "data.normalize = 'example' (the examples' scales differ by" in err
+    info = json.loads((run / "run_info.json").read_text())["defaults"]
+    assert info["chosen"]["data.normalize"]["value"] == "example"
+    assert "model.d_model" not in info["chosen"]  # set by the user
+    assert json.loads((run / "config.json").read_text())["data"]["normalize"] == "example"
+
+    results = json.loads((run / "results.json").read_text())
+    ev = evaluate_run(run, split="test")
+    assert ev["accuracy"] == pytest.approx(results["test_at_best_val"], abs=1e-6)
+    pred = predict_run(run, tmp_path / "p.npz", data=str(path), progress=False)
+    assert pred["loss"] == pytest.approx(ev["loss"], rel=1e-5)
+
+    from jax import export
+
+    folder = export_run(run, tmp_path / "exp")
+    forward = export.deserialize(bytearray((folder / "forward.jax").read_bytes()))
+    raw = np.load(path)
+    x, n = raw["x_test"], raw["lengths_test"].astype(np.int32)
+    log_probs = np.asarray(forward.call(x, n, np.ones(x.shape[:2], np.float32)))  # unit steps
+    np.testing.assert_allclose(log_probs, np.load(tmp_path / "p.npz")["log_probs"], atol=1e-4)
+    spec = json.loads((folder / "spec.json").read_text())
+    assert spec["normalization"] == {"mode": "example"} and spec["step"] is None
