@@ -113,15 +113,18 @@ def test_rule_values_for_a_long_padded_dataset():
     assert values == {
         "data.normalize": "example", "model.bidirectional": True, "model.norm": "batch",
         "model.dt_min": 0.000744, "model.dt_max": 0.1, "model.d_model": 64,
-        "model.ssm_size": 64, "model.blocks": 4, "data.batch_size": 32, "train.epochs": 100,
-        "optim.warmup_epochs": 10,
+        "model.ssm_size": 64, "model.blocks": 4, "data.batch_size": 32, "train.epochs": 18,
+        "optim.warmup_epochs": 2,
     }  # fmt: skip
-    assert "428 examples / batch 32 = 14 steps per epoch" in c["train.epochs"].reason
+    # 10^7 sequence steps / (32 x 1344) = 232 steps, 13 per epoch (the partial batch dropped)
+    assert "capped at 1e+07 sequence steps" in c["train.epochs"].reason
+    assert "428 examples // batch 32 = 13 steps per epoch" in c["train.epochs"].reason
     # a tiny short one: 30 examples of 24 steps -> small model, small batches, 1,000 steps
+    # (3 per epoch: 334 epochs)
     small = DataFacts("classification", False, False, 30, 24, 24, 24, 0.0, 1, 1.0)
     values = {x.key: x.value for x in choose_defaults(small, {})}
     assert (values["model.d_model"], values["data.batch_size"], values["train.epochs"]) == (
-        32, 8, 250)  # fmt: skip
+        32, 8, 334)  # fmt: skip
     assert values["model.dt_min"] == 0.01 and values["data.normalize"] == "channel"
 
 

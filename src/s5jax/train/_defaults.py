@@ -29,8 +29,11 @@ stands. The rules, in the order they are applied:
 5. **Batch** (`data.batch_size`): 32, or 16 below 256 training examples and 8 below 64, so
    that small datasets still take several steps per epoch.
 6. **Budget** (`train.epochs` from a step budget in optimiser steps): 100 epochs' worth of
-   steps, kept within [`MIN_STEPS`, `MAX_STEPS`] = [1000, 4000]; the epochs are that budget
-   divided by the steps per epoch (rounded up).
+   steps, kept within [`MIN_STEPS`, `MAX_STEPS`] = [1000, 4000], and, so that long sequences
+   train in bounded time, at most `STEP_TOKENS` (10⁷) sequence steps processed in training
+   (steps × batch × L; never below `MIN_CAPPED_STEPS` = 200 steps). The epochs are that budget
+   divided by the steps per epoch (N_train // batch: the last partial batch is dropped),
+   rounded up.
    Linear warm-up over the first 10% of the epochs, then cosine decay (the paper's schedule).
 """
 
@@ -57,6 +60,7 @@ SPREAD_EXAMPLE = 100.0
 DT_MIN_FLOOR, DT_MIN_CEIL, DT_MAX = 1e-4, 1e-2, 0.1
 WIDTH_MIN, WIDTH_MAX = 32, 128
 EPOCHS_WORTH, MIN_STEPS, MAX_STEPS = 100, 1000, 4000
+STEP_TOKENS, MIN_CAPPED_STEPS = 10_000_000, 200
 WARMUP_FRACTION = 0.1
 
 
@@ -235,15 +239,22 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
     batch = int(get("data.batch_size", batch))
 
     # 6. budget
-    per_epoch = max(1, math.ceil(facts.n_train / batch))
+    per_epoch = max(1, facts.n_train // batch)  # training drops the last partial batch
     steps = min(max(EPOCHS_WORTH * per_epoch, MIN_STEPS), MAX_STEPS)
+    cap = max(MIN_CAPPED_STEPS, STEP_TOKENS // (batch * facts.seq_len))
+    capped = steps > cap
+    steps = min(steps, cap)
     epochs = max(1, math.ceil(steps / per_epoch))
     choose(
         "train.epochs",
         epochs,
-        f"a budget of {epochs * per_epoch} optimiser steps ({EPOCHS_WORTH} epochs' worth "
-        f"within [{MIN_STEPS}, {MAX_STEPS}]): {facts.n_train} examples / batch {batch} = "
-        f"{per_epoch} steps per epoch",
+        f"a budget of {epochs * per_epoch} optimiser steps ("
+        + (
+            f"capped at {STEP_TOKENS:.0e} sequence steps / (batch {batch} x L {facts.seq_len})"
+            if capped
+            else f"{EPOCHS_WORTH} epochs' worth within [{MIN_STEPS}, {MAX_STEPS}]"
+        )
+        + f"): {facts.n_train} examples // batch {batch} = {per_epoch} steps per epoch",
     )
     epochs = int(get("train.epochs", epochs))
     warmup = max(1, round(WARMUP_FRACTION * epochs)) if epochs > 1 else 0
