@@ -124,6 +124,10 @@ OBSERVED = {
     "s5jax train --quick": "tests/test_cli.py::test_quick_runs_a_tenth_of_the_epochs",
     "s5jax train --cpu-devices": "tests/test_cli.py::test_cpu_devices_warns_when_jax_has_already_started",
     "s5jax train --multihost": f"{HERE}::test_multihost_initialises_jax_distributed_first",
+    "s5jax train --coordinator": "tests/test_multiprocess.py::test_two_processes_train_resume_and_read_half_of_each_batch_like_two_devices",
+    "s5jax train --num-processes": "tests/test_multiprocess.py::test_two_processes_train_resume_and_read_half_of_each_batch_like_two_devices",
+    "s5jax train --process-id": "tests/test_multiprocess.py::test_two_processes_train_resume_and_read_half_of_each_batch_like_two_devices",
+    "s5jax train --coordinator-timeout": "tests/test_multiprocess.py::test_a_process_that_cannot_reach_the_coordinator_stops_within_the_timeout",
     "s5jax eval --split": "tests/test_effects.py::test_eval_split_option_evaluates_that_split",
     "s5jax eval --step-rescale": "tests/test_effects.py::test_step_rescale_reaches_the_model_in_evaluate_run_and_eval",
     "s5jax eval --checkpoint": "tests/test_effects.py::test_eval_checkpoint_option_picks_best_or_latest",
@@ -325,7 +329,7 @@ def test_multihost_initialises_jax_distributed_first(tmp_path, monkeypatch, caps
 
     called = []
 
-    def fake():
+    def fake(*args, **kwargs):
         called.append(True)
         raise RuntimeError("jax.distributed.initialize was called")
 

@@ -50,6 +50,7 @@ def _examples(*lines: str) -> str:
 # Exit statuses (docs/reliability.md). Errors are one line on stderr; --debug adds the traceback.
 EXIT_USAGE = 2  # a bad option, config, dataset, run directory or value
 EXIT_DIVERGED = 3  # the training loss became NaN or infinite
+EXIT_COORDINATOR = 69  # a multi-process run's coordinator unreachable in time (EX_UNAVAILABLE)
 EXIT_IO = 74  # the system refused a read or write (EX_IOERR): permissions, not a folder, disk full
 EXIT_BUSY = 75  # another process trains in the run directory (EX_TEMPFAIL): try again later
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
@@ -59,6 +60,8 @@ _EXIT_CODES = """exit status:
   1    train ran no epoch, or an unexpected error (a bug: --debug shows the traceback)
   2    usage, config, data, run-directory or value error
   3    training diverged (loss NaN or infinite)
+  69   train --multihost: the coordinator was not reached, or not every process joined,
+       within --coordinator-timeout
   74   I/O error (permissions, a file where a folder should be, disk full)
   75   the run directory is in use by another process
   130  interrupted (Ctrl-C); continue a run with --resume"""
@@ -149,8 +152,32 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--multihost",
         action="store_true",
-        help="join a multi-host run (jax.distributed.initialize from the "
-        "environment) before training",
+        help="join a multi-process run (jax.distributed.initialize) before training: under "
+        "SLURM, Open MPI or Cloud TPU from the environment, else from --coordinator, "
+        "--num-processes and --process-id (docs/multiprocess.md)",
+    )
+    train.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="with --multihost: process 0's address and a free port, the same for every "
+        "process (default $JAX_COORDINATOR_ADDRESS or detected)",
+    )
+    train.add_argument(
+        "--num-processes", type=int, metavar="N", help="with --multihost: how many processes"
+    )
+    train.add_argument(
+        "--process-id",
+        type=int,
+        metavar="I",
+        help="with --multihost: this process's index, 0 .. N-1 (0 serves the coordinator)",
+    )
+    train.add_argument(
+        "--coordinator-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="with --multihost: give up (exit status 69) when the coordinator is not reached, "
+        "or not every process has joined, within SECONDS (default 300)",
     )
 
     ev = sub.add_parser(
@@ -421,6 +448,12 @@ def _cpu_devices(n: int) -> None:
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), flag]).strip()
 
 
+def _coordinator_timed_out(message: str) -> None:
+    """`--multihost` gave up waiting (called from a watchdog thread while JAX blocks)."""
+    print(f"s5jax train: error: {message}", file=sys.stderr, flush=True)
+    os._exit(EXIT_COORDINATOR)
+
+
 def _train(args) -> int:
     if args.cpu_devices is not None:
         _cpu_devices(args.cpu_devices)
@@ -429,10 +462,17 @@ def _train(args) -> int:
     from ..train._defaults import defaults_record
     from ..train._runs import user_data_defaults
 
+    multi = (args.coordinator, args.num_processes, args.process_id)
+    if not args.multihost and any(v is not None for v in multi):
+        raise ValueError(
+            "--coordinator, --num-processes and --process-id configure --multihost: add it"
+        )
     if args.multihost:
         from ..train import initialize_multihost
 
-        initialize_multihost()
+        initialize_multihost(
+            *multi, timeout=args.coordinator_timeout, on_timeout=_coordinator_timed_out
+        )
     if args.cpu_devices:
         import jax
 
@@ -759,6 +799,7 @@ def _failure(e: BaseException, args, argv: list[str]) -> tuple[int, str]:
     from ..data import DatasetError
     from ..train import TrainingDiverged
     from ..train._rundir import RunDirBusy
+    from ..train._sharding import CoordinatorUnreachable
 
     if isinstance(e, KeyboardInterrupt):
         message = "interrupted"
@@ -767,6 +808,8 @@ def _failure(e: BaseException, args, argv: list[str]) -> tuple[int, str]:
         return EXIT_INTERRUPTED, message
     if isinstance(e, RunDirBusy):
         return EXIT_BUSY, str(e)
+    if isinstance(e, CoordinatorUnreachable):
+        return EXIT_COORDINATOR, str(e)
     if isinstance(e, TrainingDiverged):
         return EXIT_DIVERGED, str(e)
     if isinstance(e, (ConfigError, DatasetError, FileNotFoundError, ValueError)):

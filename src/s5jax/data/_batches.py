@@ -73,6 +73,7 @@ def iterate_batches(
     pad_last: bool = True,
     drop_last: bool = False,
     skip: int = 0,
+    rows: slice | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
     """Yield the batches of one epoch of `split` as dicts of numpy arrays.
 
@@ -91,6 +92,8 @@ def iterate_batches(
     - `drop_last`: leave out the final partial batch instead (overrides `pad_last`).
     - `skip`: start at batch `skip` of the epoch (resume mid-epoch); the same as dropping
       the first `skip` batches.
+    - `rows`: yield only these rows of each batch (padding and `mask` included), reading
+      only them: one process's share of each global batch in multi-process training.
     """
     n = len(split)
     total = num_batches(n, batch_size, pad_last, drop_last=drop_last)
@@ -102,9 +105,17 @@ def iterate_batches(
     arrays = {name: getattr(split, name) for name in _FIELDS if getattr(split, name) is not None}
     for b in range(skip, total):
         idx = order[b * batch_size : (b + 1) * batch_size]
-        batch = {name: _gather(arr, idx, not shuffle) for name, arr in arrays.items()}
         real = len(idx)
         pad = batch_size - real if pad_last else 0
+        if rows is not None:
+            # The batch's row indices, padding rows (copies of the first) included.
+            mask = np.arange(real + pad) < real
+            part = np.concatenate([idx, np.repeat(idx[:1], pad)])[rows]
+            batch = {name: _gather(arr, part, False) for name, arr in arrays.items()}
+            batch["mask"] = mask[rows]
+            yield batch
+            continue
+        batch = {name: _gather(arr, idx, not shuffle) for name, arr in arrays.items()}
         if pad:
             batch = {
                 name: np.concatenate([rows, np.repeat(rows[:1], pad, axis=0)])

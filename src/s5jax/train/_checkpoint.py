@@ -180,8 +180,9 @@ class Checkpoints:
         leaves = [
             {"name": k, "shape": list(v.shape), "dtype": v.dtype.name} for k, v in state.items()
         ]
-        manifest = {"format": FORMAT, "leaves": leaves, "files": _file_sums(step_dir)}
-        atomic_write_json(step_dir / _MANIFEST, manifest)
+        if jax.process_index() == 0:  # several processes: orbax has synced them; 0 writes
+            manifest = {"format": FORMAT, "leaves": leaves, "files": _file_sums(step_dir)}
+            atomic_write_json(step_dir / _MANIFEST, manifest)
 
     def latest_step(self, which: str = "latest") -> int | None:
         """The step of the newest checkpoint of `which` orbax finished, or `None`."""

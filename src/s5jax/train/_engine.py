@@ -36,7 +36,13 @@ from ._progress import Progress
 from ._run_info import run_info, write_json
 from ._rundir import RunDirLock, check_workdir, has_checkpoint, replace_run_dir
 from ._schedule import EarlyStopState, PlateauState, early_stop_update, plateau_update
-from ._sharding import DataParallel
+from ._sharding import (
+    DataParallel,
+    SilentLogger,
+    announce,
+    await_announcement,
+    is_first_process,
+)
 from ._steps import make_steps
 from ._tensorboard import flat_hparams, ssm_statistics
 
@@ -165,12 +171,19 @@ class _Run:
         window: list[dict] = []
         # The last partial batch is dropped in training (as the authors' loader does): every
         # step then has one static shape and BatchNorm never sees padding rows.
+        # Each process reads only its rows of each batch (all of them with one process).
         batches = iterate_batches(
-            split, self.batch_size, shuffle=True, seed=cfg.train.seed, epoch=epoch, drop_last=True
+            split,
+            self.batch_size,
+            shuffle=True,
+            seed=cfg.train.seed,
+            epoch=epoch,
+            drop_last=True,
+            rows=self.parallel.local_rows(self.batch_size),
         )
         for i, batch in enumerate(batches):
             key = jax.random.fold_in(self.train_key, step)
-            device_batch = self.parallel.shard(_host_batch(batch, self.head))
+            device_batch = self.parallel.shard_local(_host_batch(batch, self.head), self.batch_size)
             self.params, self.model_state, self.opt_state, stats = self.steps.train(
                 self.params, self.model_state, self.opt_state, device_batch, key
             )
@@ -228,11 +241,12 @@ class _Run:
     def evaluate(self, split_name: str, step_rescale: float = 1.0) -> dict[str, float]:
         split = self.dataset.splits[split_name]
         totals = {"loss_sum": 0.0, "metric_sum": 0.0, "count": 0}
-        for batch in iterate_batches(split, self.eval_batch_size, shuffle=False, pad_last=True):
+        size, rows = self.eval_batch_size, self.parallel.local_rows(self.eval_batch_size)
+        for batch in iterate_batches(split, size, shuffle=False, pad_last=True, rows=rows):
             stats = self.steps.evaluate(
                 self.params,
                 self.model_state,
-                self.parallel.shard(_host_batch(batch, self.head)),
+                self.parallel.shard_local(_host_batch(batch, self.head), size),
                 step_rescale,
             )
             for k in totals:
@@ -279,18 +293,26 @@ def train_and_evaluate(
     """
     out = stream or sys.stderr
     workdir = Path(workdir)
-    owner = jax.process_index() == 0  # multi-host: the first process owns the folder
-    if owner:
-        check_workdir(workdir, resume=resume, overwrite=overwrite)
-    dataset = dataset if dataset is not None else load_dataset(config.data)
-    run = _Run(config, workdir, dataset, out)
-    run.build()
-    lock = RunDirLock(workdir).acquire() if owner else None
+    # Several processes: process 0 owns the folder (checks it, locks it, writes its files);
+    # the others follow its decision, or stop with its error (`_sharding.announce`).
+    owner, lock = is_first_process(), None
     try:
         if owner:
+            check_workdir(workdir, resume=resume, overwrite=overwrite)
+        dataset = dataset if dataset is not None else load_dataset(config.data)
+        run = _Run(config, workdir, dataset, out)
+        run.build()
+        if owner:
+            lock = RunDirLock(workdir).acquire()
             mode = check_workdir(workdir, resume=resume, overwrite=overwrite)
-        else:
-            mode = "resume" if resume else "new"
+    except BaseException as e:
+        if owner:
+            if lock is not None:
+                lock.release()
+            announce("s5jax/run-dir", error=e)
+        raise
+    mode = announce("s5jax/run-dir", mode) if owner else await_announcement("s5jax/run-dir")
+    try:
         return _own_run(run, lock, mode, progress, out, defaults)
     finally:
         if lock is not None:
@@ -336,10 +358,19 @@ def _own_run(run: _Run, lock, mode: str, progress: bool, out, defaults=None) -> 
         info = run_info(n_params=run.n_params, devices=run.parallel)
         write_json(folder / "run_info.json", info | ({"defaults": defaults} if defaults else {}))
 
-    if mode == "overwrite":
-        replace_run_dir(workdir, lock, write_start)
-    else:
-        write_start(workdir)
+    owner = is_first_process()
+    if owner:
+        try:
+            if mode == "overwrite":
+                replace_run_dir(workdir, lock, write_start)
+            else:
+                write_start(workdir)
+        except BaseException as e:
+            announce("s5jax/started", error=e)
+            raise
+        announce("s5jax/started")
+    else:  # the folder is in place (--overwrite swaps it) before anyone opens checkpoints
+        await_announcement("s5jax/started")
     if defaults:
         print("\n".join(defaults["lines"]), file=out)
     print(
@@ -354,7 +385,11 @@ def _own_run(run: _Run, lock, mode: str, progress: bool, out, defaults=None) -> 
     if resumed:
         print(f"resumed from epoch {history['epoch']} (step {history['step']})", file=out)
     ckpt = ckpt or Checkpoints(workdir)
-    logger = MetricsLogger(workdir, resume_step=history["step"] if mode == "resume" else None)
+    logger = (
+        MetricsLogger(workdir, resume_step=history["step"] if mode == "resume" else None)
+        if owner
+        else SilentLogger()
+    )
     try:
         if history["step"] == 0:
             logger.log_text("config", f"```toml\n{to_toml(config)}\n```")
@@ -513,6 +548,8 @@ def _finish(run: _Run, history, out) -> dict[str, Any]:
             "paper's figure is not a like-for-like comparison",
             file=out,
         )
+    if not is_first_process():  # process 0 writes the run's files
+        return summary
     write_json(run.workdir / "results.json", summary)
     if history["epochs"]:
         plot_curves(
