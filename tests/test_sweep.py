@@ -56,73 +56,71 @@ def test_parse_seeds():
 
 def test_seeds_summary_rerun_and_interrupted_seed(tmp_path, capsys):
     work = tmp_path / "seeds"
-    args = ["train", "synthetic", "--workdir", str(work), "--no-progress"]
-    assert main([*args, "--seeds", "0-1", *_sets()]) == 0
-    out = capsys.readouterr().out
-    summary = json.loads((work / "summary.json").read_text())
-    per_seed = []
-    for s in (0, 1):
-        results = json.loads((work / f"seed-{s}" / "results.json").read_text())
-        config = json.loads((work / f"seed-{s}" / "config.json").read_text())
-        assert config["train"]["seed"] == s
-        row = summary["per_seed"][s]
-        assert (row["seed"], row["status"]) == (s, "done")
-        assert row["test"] == results["test_at_best_val"]
-        assert row["best_val"] == results["best_val"]
-        per_seed.append(results["test_at_best_val"])
-    assert summary["n"] == 2 and summary["mean"] == pytest.approx(statistics.fmean(per_seed))
-    # sample standard deviation: |a - b| / sqrt(2) for two values
-    assert summary["std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2**0.5)
-    assert "ours (mean ± sample std)" in (work / "summary.md").read_text()
-    assert "ours (mean ± sample std)" in out
-    # The seeds differ: different initialisations and data orders.
-    m0 = (work / "seed-0" / "metrics.jsonl").read_text()
-    assert m0 != (work / "seed-1" / "metrics.jsonl").read_text()
-
-    # Rerun with one more seed, interrupted after that seed's first epoch (Ctrl-C while it
-    # prints): the finished seeds are read, not retrained (their files untouched), and the
-    # summary written on the way out holds them.
-    before = {s: _files(work / f"seed-{s}") for s in (0, 1)}
     config = load_experiment("synthetic", TINY)
 
-    class CtrlCAfterEpoch1:
+    class CtrlCAfterEpoch1OfSeed1:
+        """Ctrl-C while seed 1 prints its first epoch (its epoch-1 checkpoint is saved)."""
+
         text = ""
 
         def write(self, s):
             self.text += s
-            if s.startswith("epoch 1:") and "seed-2" in self.text:
+            if s.startswith("epoch 1:") and "seed-1" in self.text:
                 raise KeyboardInterrupt
 
         def flush(self):
             pass
 
-    stream = CtrlCAfterEpoch1()
     with pytest.raises(KeyboardInterrupt):
-        run_seeds(config, [0, 1, 2], work, progress=False, stream=stream)
-    assert stream.text.count("finished earlier") == 2
-    assert {s: _files(work / f"seed-{s}") for s in (0, 1)} == before
-    partial = json.loads((work / "summary.json").read_text())
-    assert [r["seed"] for r in partial["per_seed"]] == [0, 1]
-    assert not (work / "seed-2" / "results.json").exists()
+        run_seeds(config, [0, 1], work, progress=False, stream=CtrlCAfterEpoch1OfSeed1())
+    partial = json.loads((work / "summary.json").read_text())  # written on the way out
+    assert [r["seed"] for r in partial["per_seed"]] == [0] and partial["n"] == 1
+    assert not (work / "seed-1" / "results.json").exists()
+    seed0 = _files(work / "seed-0")
 
-    # The same command again resumes seed 2 from its epoch-1 checkpoint.
-    assert main([*args, "--seeds", "0-2", *_sets()]) == 0
-    err = capsys.readouterr().err
-    assert "resumed from epoch 1" in err
-    assert {s: _files(work / f"seed-{s}") for s in (0, 1)} == before
+    # The same seeds again (from the command line): seed 0 is read, not retrained (its
+    # files untouched); seed 1 resumes from its epoch-1 checkpoint.
+    args = ["train", "synthetic", "--workdir", str(work), "--no-progress", *_sets()]
+    assert main([*args, "--seeds", "0-1"]) == 0
+    captured = capsys.readouterr()
+    assert "seed-0: finished earlier" in captured.err
+    assert "resumed from epoch 1" in captured.err
+    assert _files(work / "seed-0") == seed0
     epochs = [
         json.loads(line)["epoch"]
-        for line in (work / "seed-2" / "metrics.jsonl").read_text().splitlines()
+        for line in (work / "seed-1" / "metrics.jsonl").read_text().splitlines()
         if json.loads(line)["kind"] == "epoch"
     ]
     assert epochs == [1, 2]
+
     summary = json.loads((work / "summary.json").read_text())
-    assert summary["n"] == 3 and summary["not_finished"] == []
-    r2 = json.loads((work / "seed-2" / "results.json").read_text())
-    assert summary["per_seed"][2]["test"] == r2["test_at_best_val"]
+    per_seed = []
+    for s in (0, 1):
+        results = json.loads((work / f"seed-{s}" / "results.json").read_text())
+        assert json.loads((work / f"seed-{s}" / "config.json").read_text())["train"]["seed"] == s
+        row = summary["per_seed"][s]
+        assert (row["seed"], row["status"]) == (s, "done")
+        assert row["test"] == results["test_at_best_val"]
+        assert row["best_val"] == results["best_val"]
+        per_seed.append(results["test_at_best_val"])
+    assert summary["n"] == 2 and summary["not_finished"] == []
+    assert summary["mean"] == pytest.approx(statistics.fmean(per_seed))
+    # the sample standard deviation of two values: |a - b| / sqrt(2)
+    assert summary["std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2**0.5)
+    assert "ours (mean ± sample std)" in (work / "summary.md").read_text()
+    assert "ours (mean ± sample std)" in captured.out
+    # The seeds differ: other initialisations and data orders.
+    m0 = (work / "seed-0" / "metrics.jsonl").read_text()
+    assert m0 != (work / "seed-1" / "metrics.jsonl").read_text()
+
+    # A third run: nothing trains, nothing in the seed folders changes.
+    before = _files(work / "seed-0") | _files(work / "seed-1")
+    assert main([*args, "--seeds", "0,1"]) == 0
+    assert capsys.readouterr().err.count("finished earlier") == 2
+    assert _files(work / "seed-0") | _files(work / "seed-1") == before
 
     # A seed folder of another config is refused before anything trains.
-    assert main([*args, "--seeds", "0", *_sets("optim.ssm_lr=0.01")]) == 2
+    assert main([*args, "--seeds", "0", "--set", "optim.ssm_lr=0.01"]) == 2
     assert "optim.ssm_lr" in capsys.readouterr().err
     assert main([*args, "--seeds", "0", "--set", "train.seed=3"]) == 2
     assert "train.seed" in capsys.readouterr().err
