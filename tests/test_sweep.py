@@ -11,6 +11,7 @@ import pytest
 
 from s5jax.cli import main
 from s5jax.config import ConfigError, load_experiment
+from s5jax.train._rundir import RunDirLock
 from s5jax.train._sweep import (
     SweepSpace,
     device_slots,
@@ -113,11 +114,22 @@ def test_seeds_summary_rerun_and_interrupted_seed(tmp_path, capsys):
     m0 = (work / "seed-0" / "metrics.jsonl").read_text()
     assert m0 != (work / "seed-1" / "metrics.jsonl").read_text()
 
-    # A third run: nothing trains, nothing in the seed folders changes.
+    # A third run, with seed 2's folder held by another process: seeds 0 and 1 are read
+    # (nothing changes in their folders), seed 2 is listed as busy, not averaged in, and the
+    # command exits 75 (EX_TEMPFAIL).
     before = _files(work / "seed-0") | _files(work / "seed-1")
-    assert main([*args, "--seeds", "0,1"]) == 0
-    assert capsys.readouterr().err.count("finished earlier") == 2
+    lock = RunDirLock(work / "seed-2").acquire()
+    try:
+        assert main([*args, "--seeds", "0-2"]) == 75
+    finally:
+        lock.release()
+    captured = capsys.readouterr()
+    assert captured.err.count("finished earlier") == 2
     assert _files(work / "seed-0") | _files(work / "seed-1") == before
+    summary = json.loads((work / "summary.json").read_text())
+    assert summary["n"] == 2 and summary["mean"] == pytest.approx(statistics.fmean(per_seed))
+    assert [(f["seed"], f["status"]) for f in summary["not_finished"]] == [(2, "busy")]
+    assert "seed 2 (busy)" in (work / "summary.md").read_text()
 
     # A seed folder of another config is refused before anything trains.
     assert main([*args, "--seeds", "0", "--set", "optim.ssm_lr=0.01"]) == 2
