@@ -26,6 +26,20 @@ JSON records the minor page faults of every timed call. Medians are reported. Al
 breakdown of one of our layers computed by the scan path (B̄u, the two scans, the output
 projection).
 
+EFFICIENCY (host-independent): the GEMM floor of the stack is the time of the matrix products
+a bidirectional fused layer's forward+backward cannot avoid, timed alone at full size (all
+B·L rows in one product) in the same run, times the number of layers. Per layer there are
+nine, each B·L·H·2P multiply-adds: forward B̄u = u W_B (BL×H · H×2P) and C̃x of each direction
+(BL×2P · 2P×H); backward ∂x of each direction (BL×H · H×2P), ∂W_C of each direction and ∂W_B
+(H×BL · BL×2P) and ∂u (BL×2P · 2P×H). The floor is 3× each of the three product shapes'
+medians. Reported: fused stack / floor (1.0 would be a stack made of nothing but those
+products; the recurrences, GELU and the rest are the excess). With `--precision bf16` the
+stack uses `S5SSM(precision="bf16")` (bfloat16 product operands, float32 accumulation) and its
+floor is the same products on bfloat16 operands; both precisions are timed when `bf16` is
+requested, each against its own floor and against the float32 floor. `--block T` sets
+`core._ssm.FUSED_BLOCK` (steps per block of the fused path) before anything is traced.
+`--efficiency` times only the fused stacks and the floors (no baseline, no other methods).
+
     .venv/bin/python benchmarks/layer.py [--quick] [--timing blocked|interleaved]
 """
 
@@ -102,11 +116,39 @@ class Stack(eqx.Module):
         return u
 
 
-def make_ours(n_layers, H, P_full, J, method, key):
+def make_ours(n_layers, H, P_full, J, method, key, precision="fp32"):
     keys = jax.random.split(key, n_layers)
     return Stack(
-        [nn.S5SSM(H, P_full, J=J, bidirectional=True, scan_method=method, key=k) for k in keys]
+        [
+            nn.S5SSM(
+                H, P_full, J=J, bidirectional=True, scan_method=method, precision=precision, key=k
+            )
+            for k in keys
+        ]
     )
+
+
+def gemm_floor_fns(batch, L, H, P_stored, dtype):
+    """The three product shapes of a fused layer's forward+backward (module docstring), jitted,
+    on random operands in `dtype` with float32 results (as the fused path accumulates)."""
+    k = jax.random.split(jax.random.PRNGKey(2), 4)
+    rows, width = batch * L, 2 * P_stored
+    a = jax.random.normal(k[0], (rows, H), jnp.float32).astype(dtype)  # u or ∂y
+    x = jax.random.normal(k[1], (rows, width), jnp.float32).astype(dtype)  # states or λ
+    w_in = jax.random.normal(k[2], (H, width), jnp.float32).astype(dtype)  # W_B or W_Cᵀ
+    w_out = jax.random.normal(k[3], (width, H), jnp.float32).astype(dtype)  # W_C or W_Bᵀ
+
+    def dot(p, q, dims):
+        return jax.lax.dot_general(p, q, (dims, ((), ())), preferred_element_type=jnp.float32)
+
+    into_state = jax.jit(lambda a, w: dot(a, w, ((1,), (0,))))  # (BL,H)·(H,2P)
+    out_of_state = jax.jit(lambda x, w: dot(x, w, ((1,), (0,))))  # (BL,2P)·(2P,H)
+    weight_grad = jax.jit(lambda a, x: dot(a, x, ((0,), (0,))))  # (H,BL)·(BL,2P)
+    return {
+        "(BL,H)x(H,2P)": functools.partial(into_state, a, w_in),
+        "(BL,2P)x(2P,H)": functools.partial(out_of_state, x, w_out),
+        "(H,BL)x(BL,2P)": functools.partial(weight_grad, a, x),
+    }
 
 
 def ours_step(model, u):
@@ -156,6 +198,89 @@ def components(ssm: nn.S5SSM, method):
     }
 
 
+def time_efficiency(args, u, timed, key, fused_fp32=None):
+    """Fused stack(s) and GEMM floors, timed in one call of `timed`; returns (rows, timings)."""
+    batch, L, H = u.shape
+    P_full, J = 256, 8
+    precisions = ("fp32", "bf16") if args.precision == "bf16" else ("fp32",)
+    fns = {}
+    for prec in precisions:
+        stack = (
+            fused_fp32
+            if (prec == "fp32" and fused_fp32 is not None)
+            else make_ours(args.layers, H, P_full, J, "fused", key, precision=prec)
+        )
+        fns[f"fused {prec}/{args.layers} layers"] = functools.partial(
+            eqx.filter_jit(ours_step), stack, u
+        )
+        dtype = jnp.bfloat16 if prec == "bf16" else jnp.float32
+        fns |= {f"floor {prec}: {k}": f for k, f in gemm_floor_fns(
+            batch, L, H, P_full // 2, dtype).items()}  # fmt: skip
+    times = timed(fns)
+    floors = {
+        prec: 3 * args.layers * sum(
+            v["median_s"] for k, v in times.items() if k.startswith(f"floor {prec}:"))
+        for prec in precisions
+    }  # fmt: skip
+    rows = []
+    for prec in precisions:
+        t = times[f"fused {prec}/{args.layers} layers"]["median_s"]
+        rows.append({"what": f"fused {prec}, {args.layers} layers", "ms": t * 1e3,
+                     "floor_ms": floors[prec] * 1e3, "efficiency": t / floors[prec],
+                     "vs_fp32_floor": t / floors["fp32"]})  # fmt: skip
+    return rows, times, floors
+
+
+def print_efficiency(rows):
+    print("efficiency: fused stack fwd+bwd / GEMM floor (its nine products per layer alone)")
+    print_table(rows, [("what", "stack", "s"), ("ms", "median ms", ".1f"),
+                       ("floor_ms", "floor ms", ".1f"), ("efficiency", "stack / floor", ".2f"),
+                       ("vs_fp32_floor", "/ fp32 floor", ".2f")])  # fmt: skip
+
+
+def efficiency_only(args):
+    H, batch = 128, 8
+    L = 1024 if args.quick else 4096
+    repeats = args.repeats or (2 if args.quick else 3)
+    info = device_info()
+    print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | jax {info['jax']}")
+    u = jax.random.normal(jax.random.PRNGKey(1), (batch, L, H), jnp.float32)
+
+    def timed(fns):
+        if args.timing == "blocked":
+            return time_blocked(fns, rounds=repeats, per_round=args.per_round)
+        return time_interleaved(fns, repeats=repeats)
+
+    rows, times, floors = time_efficiency(args, u, timed, jax.random.PRNGKey(0))
+    print(f"fwd+bwd, batch {batch}, L {L}, H {H}, P 128 stored, block "
+          f"{_ssm._block_size(L)}, timing {args.timing}, {repeats} rounds")  # fmt: skip
+    print_efficiency(rows)
+    tag = f"layer-efficiency-{args.precision}" + (f"-block{args.block}" if args.block else "")
+    path = write_json(tag, {
+        "benchmark": "layer --efficiency", "quick": args.quick, "device": info,
+        "cpu_flags_bf16": _bf16_flags(), "repeats": repeats, "timing": args.timing,
+        "per_round": args.per_round if args.timing == "blocked" else None,
+        "block": _ssm._block_size(L), "layers": args.layers,
+        "shapes": {"H": H, "P_stored": 128, "L": L, "batch": batch},
+        "floor_s": floors, "rows": rows, "timings": times,
+    })  # fmt: skip
+    print(f"wrote {path}")
+
+
+def _bf16_flags():
+    """The CPU's bfloat16-related instruction-set flags (/proc/cpuinfo), [] when none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return sorted(
+                        w for w in line.split() if "bf16" in w or w in ("avx512f", "amx_tile")
+                    )
+    except OSError:
+        pass
+    return []
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="L = 1024, fewer repeats")
@@ -173,7 +298,24 @@ def main():
         help="timed calls per variant and round (--timing blocked)",
     )
     parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="bf16: also time the fused stack with S5SSM(precision='bf16') and its floor",
+    )
+    parser.add_argument("--block", type=int, default=None, help="fused path's FUSED_BLOCK")
+    parser.add_argument(
+        "--efficiency", action="store_true", help="only the fused stacks and the GEMM floors"
+    )
     args = parser.parse_args()
+    if args.block is not None:
+        if args.block < 4:
+            parser.error("--block must be at least 4")
+        _ssm.FUSED_BLOCK = args.block
+    if args.efficiency:
+        efficiency_only(args)
+        return
     H, P_full, J, batch = 128, 256, 8, 8
     L = 1024 if args.quick else 4096
     if args.timing == "blocked":
@@ -221,6 +363,9 @@ def main():
         f"ours-{m}/{args.layers} layers": functools.partial(step_ours, ours[m], u) for m in methods
     }
     times = timed(fns)
+    eff_rows, eff_times, floors = time_efficiency(
+        args, u, timed, key, fused_fp32=ours["fused"] if "fused" in ours else None
+    )
 
     # Breakdown of one layer (the first), timed separately with the same protocol.
     first = ours["sequential"].layers[0]
@@ -254,6 +399,8 @@ def main():
     print("breakdown of one of our layers' SSM, fwd+bwd of each part alone:")
     print_table(part_rows, [("what", "part", "s"), ("ms", "median ms", ".1f")])
 
+    print_efficiency(eff_rows)
+
     stack_tag = f"{args.layers} layers"
     best = min(methods, key=lambda m: times[f"ours-{m}/{stack_tag}"]["median_s"])
     ratio = (
@@ -271,6 +418,8 @@ def main():
         "max_abs_diff_ours_vs_baseline": max_diff, "max_abs_diff_by_method": diffs,
         "stack_speedup_vs_baseline": ratio, "stack_best_method": best,
         "rows": rows, "timings": times, "breakdown": part_times,
+        "efficiency": {"rows": eff_rows, "floor_s": floors, "timings": eff_times,
+                       "block": _ssm._block_size(L), "cpu_flags_bf16": _bf16_flags()},
     })  # fmt: skip
     print(f"wrote {path}")
 
