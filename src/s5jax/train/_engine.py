@@ -181,12 +181,20 @@ class _Run:
             drop_last=True,
             rows=self.parallel.local_rows(self.batch_size),
         )
-        for i, batch in enumerate(batches):
+        # One batch ahead: batch i + 1 is read and placed on the devices right after step i is
+        # dispatched, while step i runs, so a fetch of the statistics below never leaves the
+        # device waiting for the host to make its next batch.
+        placed = (
+            self.parallel.shard_local(_host_batch(b, self.head), self.batch_size) for b in batches
+        )
+        ahead = next(placed, None)
+        for i in range(self.steps_per_epoch):
             key = jax.random.fold_in(self.train_key, step)
-            device_batch = self.parallel.shard_local(_host_batch(batch, self.head), self.batch_size)
+            device_batch = ahead
             self.params, self.model_state, self.opt_state, stats = self.steps.train(
                 self.params, self.model_state, self.opt_state, device_batch, key
             )
+            ahead = next(placed, None)
             step += 1
             window.append(stats)
             postfix = {}
@@ -241,6 +249,7 @@ class _Run:
     def evaluate(self, split_name: str, step_rescale: float = 1.0) -> dict[str, float]:
         split = self.dataset.splits[split_name]
         totals = {"loss_sum": 0.0, "metric_sum": 0.0, "count": 0}
+        pending = []  # the batches' statistics, left on the device until the end
         size, rows = self.eval_batch_size, self.parallel.local_rows(self.eval_batch_size)
         for batch in iterate_batches(split, size, shuffle=False, pad_last=True, rows=rows):
             stats = self.steps.evaluate(
@@ -249,6 +258,11 @@ class _Run:
                 self.parallel.shard_local(_host_batch(batch, self.head), size),
                 step_rescale,
             )
+            pending.append(stats)
+            if len(pending) > 1:  # at most two batches queued: the next is read meanwhile
+                jax.block_until_ready(pending[-2])
+        # One transfer at the end, summed in batch order as the host always did.
+        for stats in jax.device_get(pending):
             for k in totals:
                 totals[k] += float(stats[k])
         n = max(totals["count"], 1)
