@@ -7,6 +7,7 @@ import statistics
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from s5jax.cli import main
@@ -159,12 +160,19 @@ def test_grid_expands_in_order():
 
 
 def test_sweep_selects_by_val_and_reports_only_its_test(tmp_path, capsys):
+    # A user's .npz, named relative to the space file; its data-chosen defaults are
+    # recorded in each trial's run_info.json, as `s5jax train --data` does.
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for split, n in (("train", 16), ("val", 8), ("test", 8)):
+        arrays[f"x_{split}"] = rng.standard_normal((n, 16, 2)).astype(np.float32)
+        arrays[f"y_{split}"] = rng.integers(0, 3, n)
+    (tmp_path / "data").mkdir()
+    np.savez(tmp_path / "data" / "mine.npz", **arrays)
+    fixed = [*TINY[3:], "train.epochs=1", "data.batch_size=8"]
     space = tmp_path / "space.toml"
     space.write_text(
-        'base = "synthetic"\n'
-        f"set = {json.dumps([*TINY, 'train.epochs=1'])}\n"
-        "[grid]\n"
-        "optim.ssm_lr = [0.001, 0.05]\n"
+        f'data = "data/mine.npz"\nset = {json.dumps(fixed)}\n[grid]\noptim.ssm_lr = [0.001, 0.05]\n'
     )
     sweepdir = tmp_path / "sw"
     assert main(["sweep", str(space), "--workdir", str(sweepdir), "--no-progress"]) == 0
@@ -176,6 +184,8 @@ def test_sweep_selects_by_val_and_reports_only_its_test(tmp_path, capsys):
     assert (
         json.loads((sweepdir / "trial-001" / "config.json").read_text())["optim"]["ssm_lr"] == 0.05
     )
+    info = json.loads((sweepdir / "trial-000" / "run_info.json").read_text())
+    assert info["defaults"]["lines"]  # what was chosen from the data, and why
     summary = json.loads((sweepdir / "summary.json").read_text())
     vals = [r["best_val"] for r in results]
     best = max(range(2), key=lambda i: (vals[i], -i))  # accuracy: higher; the first on a tie

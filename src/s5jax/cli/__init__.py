@@ -493,7 +493,7 @@ def _train(args) -> int:
     if args.quick:
         config = apply_overrides(config, [f"train.epochs={max(1, config.train.epochs // 10)}"])
     if args.seeds is not None:
-        return train_seeds(args, config, dataset)
+        return train_seeds(args, config, dataset, defaults)
     workdir = args.workdir or Path("runs") / config.name
     resume = "auto" if args.resume_or_start else args.resume
     summary = train_and_evaluate(

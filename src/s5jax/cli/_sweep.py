@@ -71,7 +71,7 @@ def _finish_status(summary: dict, noun: str) -> int:
     return EXIT_BUSY if "busy" in statuses else 1
 
 
-def train_seeds(args, config, dataset) -> int:
+def train_seeds(args, config, dataset, defaults=None) -> int:
     """`s5jax train ... --seeds SPEC`."""
     from ..train._sweep import parse_seeds, run_seeds, seeds_table
 
@@ -85,7 +85,9 @@ def train_seeds(args, config, dataset) -> int:
     if any(o.split("=", 1)[0].strip() == "train.seed" for o in args.overrides):
         raise ValueError("--seeds sets train.seed for each run: drop --set train.seed=...")
     workdir = args.workdir or Path("runs") / f"{config.name}-seeds"
-    summary = run_seeds(config, seeds, workdir, dataset=dataset, progress=not args.no_progress)
+    summary = run_seeds(
+        config, seeds, workdir, dataset=dataset, progress=not args.no_progress, defaults=defaults
+    )
     print(seeds_table(summary), end="")
     print(f"seeds directory: {workdir} (summary.json, summary.md)")
     return _finish_status(summary, "seed(s)")

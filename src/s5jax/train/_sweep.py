@@ -138,7 +138,9 @@ def _finished(run_dir: Path, config: ExperimentConfig) -> dict[str, Any] | None:
     return results
 
 
-def _train_one(config, run_dir, get_dataset, progress, stream, train) -> dict[str, Any]:
+def _train_one(
+    config, run_dir, get_dataset, progress, stream, train, options=None
+) -> dict[str, Any]:
     """Read a finished run or resume/start it; a failure becomes a record, not an exception
     (except Ctrl-C and errors in the inputs)."""
     from ._engine import TrainingDiverged
@@ -156,6 +158,7 @@ def _train_one(config, run_dir, get_dataset, progress, stream, train) -> dict[st
             dataset=get_dataset(),
             progress=progress,
             stream=stream,
+            **(options or {}),
         )
     except TrainingDiverged as e:
         return {"status": "diverged", "message": str(e)}
@@ -201,6 +204,7 @@ def seeds_summary(config: ExperimentConfig, records: list[dict[str, Any]]) -> di
             "best_epoch": res.get("best_epoch"),
             "epochs_run": res.get("epochs_run"),
             "best_val": res.get("best_val"),
+            "best_val_value": None if res.get("best_val") is None else res["best_val"] / scale,
             "test": raw,
             "value": None if raw is None else raw / scale,
         }
@@ -247,7 +251,7 @@ def seeds_table(summary: dict[str, Any]) -> str:
     lines = [
         f"# {summary['experiment']}: {summary['metric']} over seeds {_seed_list(summary['seeds'])}",
         "",
-        f"| seed | status | best epoch | best val | {summary['metric']}{shown} |",
+        f"| seed | status | best epoch | best val{shown} | {summary['metric']}{shown} |",
         "|---:|---|---:|---:|---:|",
     ]
     for r in summary["per_seed"]:
@@ -255,7 +259,7 @@ def seeds_table(summary: dict[str, Any]) -> str:
         status = status.replace("|", "/")
         lines.append(
             f"| {r['seed']} | {status} | {r['best_epoch'] or '–'} | "
-            f"{_fmt(r['best_val'])} | {_fmt(r['value'])} |"
+            f"{_fmt(r['best_val_value'])} | {_fmt(r['value'])} |"
         )
     lines += ["", f"| | {summary['metric']}{shown} | n |", "|---|---:|---:|"]
     ours = _fmt(summary["mean"]) + ("" if summary["std"] is None else f" ± {_fmt(summary['std'])}")
@@ -301,8 +305,12 @@ def run_seeds(
     progress: bool = True,
     stream: TextIO | None = None,
     train: Callable | None = None,
+    defaults: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train `config` once per seed in `workdir/seed-<S>/`; write and return the summary.
+
+    `defaults`: the settings chosen from a user's data (`defaults_record`), recorded in every
+    seed's run_info.json as `s5jax train --data` does.
 
     Every seed folder is checked before anything trains (a folder holding another config is
     refused). A seed that diverges or whose folder another process holds is recorded and the
@@ -341,7 +349,15 @@ def run_seeds(
         for i, s in enumerate(seeds):
             run_dir = workdir / f"seed-{s}"
             print(f"== seed {s} ({i + 1} of {len(seeds)}): {run_dir}", file=out)
-            rec = _train_one(configs[s], run_dir, get_dataset, progress, out, train)
+            rec = _train_one(
+                configs[s],
+                run_dir,
+                get_dataset,
+                progress,
+                out,
+                train,
+                {"defaults": defaults} if defaults else None,
+            )
             records.append({"seed": s, "run_dir": str(run_dir.relative_to(workdir)), **rec})
             write()
     except KeyboardInterrupt:
@@ -590,13 +606,16 @@ def space_from_sets(
 
 
 def _trial_config(space: SweepSpace, values: dict[str, Any]):
-    """(config, dataset or None) of one trial; `ConfigError` naming the trial's key."""
+    """(config, dataset or None, defaults record or None) of one trial; `ConfigError`
+    naming the trial's key."""
     overrides = [*space.fixed, *(_override(k, v) for k, v in values.items())]
     if space.data is not None:
-        from ._runs import user_data_config
+        from ._defaults import defaults_record
+        from ._runs import user_data_defaults
 
-        return user_data_config(space.data, overrides)
-    return load_experiment(space.base, overrides), None
+        config, dataset, facts, chosen = user_data_defaults(space.data, overrides)
+        return config, dataset, defaults_record(facts, chosen)
+    return load_experiment(space.base, overrides), None, None
 
 
 # --- running trials on devices ---------------------------------------------------------------
@@ -742,9 +761,9 @@ def run_sweep(
         raise ValueError(f"{space.source}: the space has no trial")
     configs = []
     for t in trials:
-        cfg, dataset = _trial_config(space, t["values"])
+        cfg, dataset, defaults = _trial_config(space, t["values"])
         _finished(sweepdir / t["dir"], cfg)  # refuses a folder holding another config, early
-        configs.append((cfg, dataset))
+        configs.append((cfg, dataset, defaults))
     atomic_write_json(sweepdir / SWEEP_JSON, {"space": space.to_json(), "trials": trials})
     records: list[dict[str, Any] | None] = [None] * len(trials)
     head = configs[0][0].model.head
@@ -774,7 +793,7 @@ def run_sweep(
             train = train or train_and_evaluate
             cache: dict[str, Any] = {}
             for i, t in enumerate(trials):
-                cfg, dataset = configs[i]
+                cfg, dataset, defaults = configs[i]
 
                 def get_dataset(cfg=cfg, dataset=dataset):
                     if dataset is not None:  # a user's .npz, read with the trial's config
@@ -792,7 +811,15 @@ def run_sweep(
                     + (", ".join(_override(k, v) for k, v in t["values"].items())),
                     file=out,
                 )
-                records[i] = _train_one(cfg, sweepdir / t["dir"], get_dataset, progress, out, train)
+                records[i] = _train_one(
+                    cfg,
+                    sweepdir / t["dir"],
+                    get_dataset,
+                    progress,
+                    out,
+                    train,
+                    {"defaults": defaults} if defaults else None,
+                )
                 write()
     except KeyboardInterrupt:
         write()
