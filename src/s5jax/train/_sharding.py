@@ -269,12 +269,24 @@ def _client():
     return distributed.global_state.client
 
 
+# How many times each key was announced / awaited in this process: a process that trains
+# several runs (`train --seeds`) announces each key once per run, and the others await the
+# same numbered key.
+_ROUNDS: dict[str, int] = {}
+
+
+def _next_round(key: str) -> str:
+    _ROUNDS[key] = _ROUNDS.get(key, 0) + 1
+    return f"{key}/{_ROUNDS[key]}"
+
+
 def announce(key: str, value=None, *, error: BaseException | None = None):
     """On process 0: tell the other processes `value` (JSON), or that it failed with `error`.
 
     Returns `value`. A no-op with one process.
     """
     if jax.process_count() > 1:
+        key = _next_round(key)
         if error is not None:
             payload = {"error": type(error).__name__, "message": str(error)}
         else:
@@ -286,6 +298,7 @@ def announce(key: str, value=None, *, error: BaseException | None = None):
 def await_announcement(key: str, timeout_s: float = 24 * 3600.0):
     """On another process: wait for process 0's `announce(key, ...)`; return its value or
     raise its error (same class where it is one of s5jax's, else `RuntimeError`)."""
+    key = _next_round(key)
     payload = json.loads(_client().blocking_key_value_get(key, int(timeout_s * 1000)))
     if "error" not in payload:
         return payload["value"]
