@@ -1,0 +1,212 @@
+"""One whole training step of ours against the authors' whole model, for every paper config.
+
+For each config (`s5jax.config.load_experiment(task)`): our model from `s5jax.nn.build_model`,
+our optimiser from `s5jax.train._optim.build_optimizer` and our jitted step from
+`s5jax.train._steps.make_steps` (the step `s5jax train` runs: loss, gradients, optax update,
+BatchNorm state, dropout, buffers donated); against `benchmarks/baseline_model.py` holding the
+same parameters (`from_ours`) with the authors' step (`value_and_grad`, optax
+`multi_transform` of Adam and AdamW, not donated). Inputs are random, of the task's shape:
+token ids below the one-hot width (the baseline gets the one-hot floats its `prep_batch` makes
+on the host, outside the timed step), pixels/samples in [0, 1), pendulum frames with irregular
+Δ multipliers; random labels.
+
+Timing (`_common.time_interleaved`): both steps compiled and called once, then called in turn
+(ours, base, ours, base, ...) for `--repeats` rounds, each call ended by
+`jax.block_until_ready` and fed the parameters, statistics and optimiser state the previous
+call of the same step returned (as a training loop does). Medians; ratio = baseline median /
+ours median, from the same run.
+
+Batch and length: the paper's where they fit this machine's memory and time, else smaller, the
+same for both (`--batch N` and `--length N` cap every config; `--paper` uses the paper's
+shapes everywhere). The JSON and the table record the shapes used and the paper's.
+
+    .venv/bin/python benchmarks/train_step.py [--configs listops,text,...] [--repeats N]
+        [--batch N] [--length N] [--paper]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import baseline_model as base
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from _common import device_info, print_table, time_interleaved, write_json
+
+from s5jax.config import load_experiment
+from s5jax.nn import build_model
+from s5jax.train._optim import build_optimizer
+from s5jax.train._steps import make_steps
+
+# Input width (one-hot width for token tasks: the authors' IN_DIM, datasets.md) and outputs.
+TASKS = {
+    "listops": {"vocab": 20, "n_outputs": 10},
+    "text": {"vocab": 135, "n_outputs": 2},
+    "retrieval": {"vocab": 98, "n_outputs": 2},  # AAN: len(vocab) of the train tokens
+    "image": {"d_input": 1, "n_outputs": 10},
+    "pathfinder": {"d_input": 1, "n_outputs": 2},
+    "pathx": {"d_input": 1, "n_outputs": 2},
+    "speech": {"d_input": 1, "n_outputs": 35},
+    "pendulum": {"d_input": 576, "n_outputs": 2},
+    "smnist": {"d_input": 1, "n_outputs": 10},
+    "psmnist": {"d_input": 1, "n_outputs": 10},
+    "scifar": {"d_input": 3, "n_outputs": 10},
+}
+
+# The shapes used on a 2-core CPU by default (batch, length): the paper's batch where one
+# baseline step stays within a few seconds, else smaller; Path-X and Speech also shorter.
+CPU_SHAPES = {
+    "listops": (8, None),
+    "text": (4, None),
+    "retrieval": (2, None),
+    "image": (4, None),
+    "pathfinder": (4, None),
+    "pathx": (1, 4096),
+    "speech": (1, 8000),
+    "pendulum": (None, None),
+    "smnist": (8, None),
+    "psmnist": (8, None),
+    "scifar": (2, None),
+}
+
+
+def shapes(task: str, batch: int | None, length: int | None, paper: bool) -> dict:
+    cfg = load_experiment(task)
+    pb, pl = cfg.data.batch_size, cfg.data.seq_len
+    cb, cl = (None, None) if paper else CPU_SHAPES[task]
+    b = min(x for x in (pb, cb, batch) if x is not None)
+    n = min(x for x in (pl, cl, length) if x is not None)
+    m = cfg.model
+    return {
+        "task": task, "batch": b, "L": n, "paper_batch": pb, "paper_L": pl,
+        "n_layers": m.n_layers, "H": m.d_model, "P_full": m.ssm_size, "J": m.blocks,
+        "bidirectional": m.bidirectional, "norm": m.norm, "prenorm": m.prenorm,
+        "activation": m.activation, "dropout": m.dropout, "encoder": m.encoder,
+        "head": m.head, **TASKS[task],
+    }  # fmt: skip
+
+
+def random_batch(task: str, s: dict, key) -> dict:
+    B, L = s["batch"], s["L"]
+    kx, ky, kl, kt = jax.random.split(key, 4)
+    if task == "retrieval":
+        x = jax.random.randint(kx, (B, 2, L), 0, s["vocab"], jnp.int32)
+        lengths = jax.random.randint(kl, (B, 2), L // 2, L + 1, jnp.int32)
+    elif "vocab" in s:
+        x = jax.random.randint(kx, (B, L), 0, s["vocab"], jnp.int32)
+        lengths = jax.random.randint(kl, (B,), L // 2, L + 1, jnp.int32)
+    else:
+        x = jax.random.uniform(kx, (B, L, s["d_input"]), jnp.float32)
+        lengths = None
+    batch = {"x": x, "mask": jnp.ones((B,), bool)}
+    if lengths is not None:
+        batch["lengths"] = lengths
+    if task == "pendulum":
+        batch["y"] = jax.random.normal(ky, (B, L, 2), jnp.float32)
+        gaps = jax.random.uniform(kt, (B, L - 1), jnp.float32, 0.5, 3.0)
+        batch["dt"] = jnp.concatenate([jnp.ones((B, 1), jnp.float32), gaps], axis=1)
+    else:
+        batch["y"] = jax.random.randint(ky, (B,), 0, s["n_outputs"], jnp.int32)
+    return batch
+
+
+def build(task: str, s: dict):
+    """`{name: zero-argument callable}` for ours and the baseline, and the compile seconds."""
+    cfg = load_experiment(task)
+    model, state = build_model(
+        cfg.model, d_input=s.get("d_input", s.get("vocab")), n_outputs=s["n_outputs"],
+        vocab=s.get("vocab"), key=jax.random.PRNGKey(0),
+    )  # fmt: skip
+    spec, bparams, bstats = base.from_ours(model, state)
+    # Copies: our step donates its buffers, which `from_ours` would otherwise share.
+    bparams, bstats = jax.tree_util.tree_map(jnp.copy, (bparams, bstats))
+    batch = random_batch(task, s, jax.random.PRNGKey(1))
+    key = jax.random.PRNGKey(2)
+
+    head = cfg.model.head
+    optimizer, _ = build_optimizer(cfg.optim, model, steps_per_epoch=100, epochs=cfg.train.epochs)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    with jax.numpy_dtype_promotion("standard"):
+        opt_state = optimizer.init(params)
+    ours_step = make_steps(static, optimizer, head).train
+    ours = {"carry": (params, state, opt_state)}
+
+    lr = cfg.optim.ssm_lr * cfg.optim.lr_factor
+    b_opt = base.make_optimizer(
+        bparams, ssm_lr=cfg.optim.ssm_lr, lr=lr, weight_decay=cfg.optim.weight_decay
+    )
+    b_step = base.make_train_step(spec, b_opt)
+    b_batch = base.model_inputs(spec, batch)
+    theirs = {"carry": (bparams, bstats, b_opt.init(bparams))}
+
+    def run_ours():
+        p, st, o, stats = ours_step(*ours["carry"], batch, key)
+        ours["carry"] = (p, st, o)
+        return stats["loss"]
+
+    def run_base():
+        p, st, o, loss = b_step(*theirs["carry"], b_batch, key)
+        theirs["carry"] = (p, st, o)
+        return loss
+
+    compile_s = {}
+    for name, fn in (("ours", run_ours), ("baseline", run_base)):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())  # compile + first call
+        compile_s[name] = time.perf_counter() - t0
+    return {"ours": run_ours, "baseline": run_base}, compile_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--configs", default=",".join(TASKS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=None, help="cap on every config's batch")
+    parser.add_argument("--length", type=int, default=None, help="cap on every sequence length")
+    parser.add_argument("--paper", action="store_true", help="the paper's batch and length")
+    parser.add_argument("--out", default="train-step", help="results/<OUT>-<cpu|gpu>.json")
+    args = parser.parse_args()
+    tasks = [t.strip() for t in args.configs.split(",") if t.strip()]
+    for t in tasks:
+        if t not in TASKS:
+            parser.error(f"--configs: {t!r} is not one of {', '.join(TASKS)}")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    info = device_info()
+    print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | jax {info['jax']}")
+
+    results, rows = [], []
+    for task in tasks:
+        s = shapes(task, args.batch, args.length, args.paper)
+        print(f"{task}: batch {s['batch']} (paper {s['paper_batch']}), L {s['L']} "
+              f"(paper {s['paper_L']})", flush=True)  # fmt: skip
+        fns, compile_s = build(task, s)
+        times = time_interleaved(fns, repeats=args.repeats, warmup=0)
+        o, b = times["ours"]["median_s"], times["baseline"]["median_s"]
+        row = {"task": task, "batch": s["batch"], "L": s["L"], "P": s["P_full"],
+               "ours_ms": o * 1e3, "base_ms": b * 1e3, "ratio": b / o}  # fmt: skip
+        rows.append(row)
+        print(f"  ours {o * 1e3:.0f} ms, baseline {b * 1e3:.0f} ms: {b / o:.2f}x", flush=True)
+        results.append({"shapes": s, "timings": times, "first_call_s": compile_s, **row})
+        del fns
+
+    print()
+    print_table(rows, [
+        ("task", "config", "s"), ("batch", "batch", "d"), ("L", "L", "d"), ("P", "P", "d"),
+        ("ours_ms", "ours ms", ".0f"), ("base_ms", "baseline ms", ".0f"),
+        ("ratio", "base/ours", ".2f"),
+    ])  # fmt: skip
+    path = write_json(args.out, {
+        "benchmark": "train_step", "device": info, "repeats": args.repeats,
+        "protocol": "interleaved (ours, baseline, ...), medians; ratio = baseline / ours",
+        "shape_caps": {"batch": args.batch, "length": args.length, "paper": args.paper,
+                       "cpu_defaults": None if args.paper else CPU_SHAPES},
+        "results": results, "rows": rows,
+    })  # fmt: skip
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
