@@ -202,6 +202,26 @@ def test_sweep_selects_by_val_and_reports_only_its_test(tmp_path, capsys):
     assert main(["sweep", str(space), "--workdir", str(sweepdir), "--no-progress"]) == 0
     assert capsys.readouterr().err.count("finished earlier") == 2
     assert _files(sweepdir / "trial-000") | _files(sweepdir / "trial-001") == before
+    # Selection by val loss instead (SPACE.toml `metric = "val_loss"`): the lowest val loss
+    # of each trial's epochs, read from its metrics.jsonl.
+    from s5jax.train._sweep import _best_val_loss, sweep_summary
+
+    losses = [
+        min(
+            json.loads(line)["val_loss"]
+            for line in (sweepdir / t / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["kind"] == "epoch"
+        )
+        for t in ("trial-000", "trial-001")
+    ]
+    records = [
+        {"status": "done", "results": r, "val_loss": _best_val_loss(sweepdir / t["dir"])}
+        for r, t in zip(results, recorded["trials"], strict=True)
+    ]
+    by_loss = sweep_summary(read_space(space), recorded["trials"], records, "accuracy", "val_loss")
+    assert [r["best_val"] for r in by_loss["trials"]] == losses
+    assert by_loss["selected"] == f"trial-00{losses.index(min(losses))}"
+    assert by_loss["selection"] == "best val_loss (lower is better)"
     # Another space in the same folder is refused.
     space.write_text(space.read_text().replace("0.05", "0.02"))
     assert main(["sweep", str(space), "--workdir", str(sweepdir)]) == 2
@@ -264,6 +284,8 @@ def test_device_slots():
         ('base = "synthetic"\ntrials = 3\n[grid]\noptim.ssm_lr = [1e-3]\n', "unknown key 'trials'"),
         ('[grid]\noptim.ssm_lr = [1e-3]\n', "give either base"),
         ('base = "synthetic"\n', "[grid] or [random]"),
+        ('base = "synthetic"\nmetric = "val_acc"\n[grid]\noptim.ssm_lr = [1e-3]\n',
+         "metric = 'val_acc': expected one of val_accuracy, val_mse, val_loss"),
     ],
 )  # fmt: skip
 def test_space_errors_name_the_key(tmp_path, text, message):
@@ -281,4 +303,9 @@ def test_sweep_value_errors_name_the_trial_key(tmp_path, capsys):
                  "--workdir", str(tmp_path / "sw")])  # fmt: skip
     assert code == 2
     assert "d_model" in capsys.readouterr().err
+    assert not (tmp_path / "sw").exists()
+    code = main(["sweep", "synthetic", "--set", "optim.ssm_lr=1e-3,2e-3", "--metric", "val_mse",
+                 "--workdir", str(tmp_path / "sw")])  # fmt: skip
+    assert code == 2
+    assert "use val_accuracy or val_loss" in capsys.readouterr().err
     assert not (tmp_path / "sw").exists()

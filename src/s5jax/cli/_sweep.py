@@ -45,6 +45,12 @@ def add_sweep_parser(sub) -> None:
         "--sample", type=int, default=0, metavar="N", help="draw N of the grid's points at random"
     )
     sweep.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
+    sweep.add_argument(
+        "--metric",
+        choices=("val_accuracy", "val_mse", "val_loss"),
+        help="compare trials by this validation figure (default: the one the trainer picks "
+        "its best epoch by: val_accuracy for classification, val_mse otherwise)",
+    )
     sweep.add_argument("--workdir", type=Path, help="sweep directory (default runs/<name>-sweep)")
     sweep.add_argument(
         "--devices",
@@ -118,8 +124,11 @@ def sweep(args) -> int:
     )
 
     if args.space and _is_space(args.space):
-        if args.overrides or args.data:
-            raise ValueError(f"{args.space} is a sweep space: put --set/--data in it (set = [...])")
+        if args.overrides or args.data or args.metric:
+            raise ValueError(
+                f"{args.space} is a sweep space: put --set, --data and --metric in it "
+                "(set = [...], data = ..., metric = ...)"
+            )
         space = read_space(args.space)
         name = Path(args.space).stem
     else:
@@ -128,7 +137,9 @@ def sweep(args) -> int:
                 "give SPACE.toml, or an EXPERIMENT (or config file) or --data FILE.npz with "
                 "--set key=a,b,c"
             )
-        space = space_from_sets(args.space, args.data, args.overrides, args.sample, args.seed)
+        space = space_from_sets(
+            args.space, args.data, args.overrides, args.sample, args.seed, args.metric
+        )
         name = Path(args.data).stem if args.data else Path(args.space).stem
     slots = device_slots(args.devices)
     workdir = args.workdir or Path("runs") / f"{name}-sweep"

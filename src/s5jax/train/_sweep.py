@@ -389,6 +389,7 @@ class SweepSpace:
     random: dict[str, Any] = field(default_factory=dict)
     samples: int = 0
     seed: int = 0
+    metric: str | None = None  # "val_loss", or the trainer's own val metric (the default)
     source: str = "--set"
 
     def to_json(self) -> dict[str, Any]:
@@ -400,6 +401,7 @@ class SweepSpace:
             "random": self.random,
             "samples": self.samples,
             "seed": self.seed,
+            "metric": self.metric,
         }
 
     def trials(self) -> list[dict[str, Any]]:
@@ -509,7 +511,10 @@ def _keys_of(table: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_SPACE_KEYS = ("base", "data", "set", "samples", "seed", "grid", "random")
+_SPACE_KEYS = ("base", "data", "set", "samples", "seed", "metric", "grid", "random")
+# What trials may be compared by: the trainer's own val figure (accuracy for classification
+# and retrieval, MSE otherwise; the figure it picks its best epoch by) or the val loss.
+METRICS = ("val_accuracy", "val_mse", "val_loss")
 
 
 def read_space(path: str | os.PathLike) -> SweepSpace:
@@ -564,6 +569,9 @@ def read_space(path: str | os.PathLike) -> SweepSpace:
             raise _space_error(source, f"{name} = {value!r}: expected a whole number >= 0")
     if table == "random" and samples < 1:
         raise _space_error(source, "[random] needs samples = N (how many trials to draw)")
+    metric = raw.get("metric")
+    if metric is not None and metric not in METRICS:
+        raise _space_error(source, f"metric = {metric!r}: expected one of {', '.join(METRICS)}")
     return SweepSpace(
         base=base,
         data=data,
@@ -572,12 +580,18 @@ def read_space(path: str | os.PathLike) -> SweepSpace:
         random=keys if table == "random" else {},
         samples=samples,
         seed=seed,
+        metric=metric,
         source=source,
     )
 
 
 def space_from_sets(
-    base: str | None, data: str | None, sets: Sequence[str], sample: int = 0, seed: int = 0
+    base: str | None,
+    data: str | None,
+    sets: Sequence[str],
+    sample: int = 0,
+    seed: int = 0,
+    metric: str | None = None,
 ) -> SweepSpace:
     """`--set key=a,b,c` (searched) and `--set key=v` (fixed) as a grid space."""
     from ..config import parse_override
@@ -600,8 +614,16 @@ def space_from_sets(
         raise ConfigError("s5jax sweep: no key to search: give at least one --set key=a,b,c")
     if sample < 0:
         raise ValueError(f"--sample must be >= 0, got {sample}")
+    if metric is not None and metric not in METRICS:
+        raise ValueError(f"--metric {metric!r}: expected one of {', '.join(METRICS)}")
     return SweepSpace(
-        base=base, data=data, fixed=tuple(fixed), grid=grid, samples=sample, seed=seed
+        base=base,
+        data=data,
+        fixed=tuple(fixed),
+        grid=grid,
+        samples=sample,
+        seed=seed,
+        metric=metric,
     )
 
 
@@ -764,13 +786,24 @@ def run_sweep(
         cfg, dataset, defaults = _trial_config(space, t["values"])
         _finished(sweepdir / t["dir"], cfg)  # refuses a folder holding another config, early
         configs.append((cfg, dataset, defaults))
-    atomic_write_json(sweepdir / SWEEP_JSON, {"space": space.to_json(), "trials": trials})
-    records: list[dict[str, Any] | None] = [None] * len(trials)
     head = configs[0][0].model.head
     metric = "accuracy" if head in ("classification", "retrieval") else "mse"
+    select = space.metric or f"val_{metric}"
+    if select not in ("val_loss", f"val_{metric}"):
+        raise ValueError(
+            f"{space.source}: metric = {select!r}, but the model's head ({head}) reports "
+            f"val_{metric}: use val_{metric} or val_loss"
+        )
+
+    atomic_write_json(sweepdir / SWEEP_JSON, {"space": space.to_json(), "trials": trials})
+    records: list[dict[str, Any] | None] = [None] * len(trials)
 
     def write() -> dict[str, Any]:
-        summary = sweep_summary(space, trials, records, metric)
+        if select == "val_loss":
+            for i, r in enumerate(records):
+                if r is not None and r["status"] == "done" and "val_loss" not in r:
+                    r["val_loss"] = _best_val_loss(sweepdir / trials[i]["dir"])
+        summary = sweep_summary(space, trials, records, metric, select)
         atomic_write_json(sweepdir / SUMMARY_JSON, summary)
         atomic_write_text(sweepdir / SUMMARY_MD, sweep_table(summary))
         plot_sweep(summary, sweepdir / "sweep.png")
@@ -827,20 +860,40 @@ def run_sweep(
     return write()
 
 
-def sweep_summary(space, trials, records, metric: str) -> dict[str, Any]:
-    """Trials compared by their best validation figure; test only at the selected one."""
-    higher = metric == "accuracy"
+def _best_val_loss(run_dir: Path) -> tuple[float | None, int | None]:
+    """The lowest finite val loss of a run's epochs and its epoch (metrics.jsonl)."""
+    from ._logging import read_metrics
+
+    pairs = [
+        (r["val_loss"], r["epoch"])
+        for r in read_metrics(run_dir, "epoch")
+        if isinstance(r.get("val_loss"), (int, float)) and math.isfinite(r["val_loss"])
+    ]
+    return min(pairs) if pairs else (None, None)
+
+
+def sweep_summary(space, trials, records, metric: str, select: str | None = None) -> dict[str, Any]:
+    """Trials compared by `select` (default `val_<metric>`, the trainer's own best val
+    figure; or `val_loss`, the lowest val loss of each trial's epochs, read into each
+    record's `"val_loss"` as `(value, epoch)`); the test figure of the selected trial only
+    (its results.json figure: test at the trainer's best-val epoch)."""
+    select = select or f"val_{metric}"
+    higher = select == "val_accuracy"
     rows = []
     for t, r in zip(trials, records, strict=True):
         r = r or {"status": "not run"}
         res = r.get("results") or {}
+        if select == "val_loss":
+            best, epoch = r.get("val_loss") or (None, None)
+        else:
+            best, epoch = res.get("best_val"), res.get("best_epoch")
         rows.append(
             {
                 "trial": t["dir"],
                 "values": t["values"],
                 "status": r["status"],
-                "best_val": res.get("best_val"),
-                "best_epoch": res.get("best_epoch"),
+                "best_val": best,
+                "best_epoch": epoch,
                 "message": r.get("message"),
             }
         )
@@ -859,12 +912,13 @@ def sweep_summary(space, trials, records, metric: str) -> dict[str, Any]:
         test = (records[selected].get("results") or {}).get("test_at_best_val")
     return {
         "space": space.to_json(),
-        "selection": f"best val_{metric} ({'higher' if higher else 'lower'} is better)",
-        "metric": f"val_{metric}",
+        "selection": f"best {select} ({'higher' if higher else 'lower'} is better)",
+        "metric": select,
         "higher_is_better": higher,
         "trials": rows,
         "selected": None if selected is None else rows[selected]["trial"],
         "selected_values": None if selected is None else rows[selected]["values"],
+        "test_metric": f"test_{metric}",
         f"test_{metric}_of_selected": test,
         "not_finished": [row["trial"] for row in rows if row["status"] != "done"],
     }
@@ -873,7 +927,7 @@ def sweep_summary(space, trials, records, metric: str) -> dict[str, Any]:
 def sweep_table(summary: dict[str, Any]) -> str:
     keys = list(summary["space"]["grid"] or summary["space"]["random"])
     metric = summary["metric"]
-    test_key = "test_" + metric[len("val_") :]
+    test_key = summary["test_metric"]
     lines = [
         f"# sweep: {len(summary['trials'])} trials, selected by {summary['selection']}",
         "",
@@ -895,8 +949,8 @@ def sweep_table(summary: dict[str, Any]) -> str:
         values = ", ".join(_override(k, v) for k, v in summary["selected_values"].items())
         lines.append(
             f"Selected: {summary['selected']} ({values}); its {test_key} at its best "
-            f"val epoch: {_fmt(summary[test_key + '_of_selected'])} (the test figure "
-            "of the other trials is not reported)."
+            f"val_{test_key[5:]} epoch: {_fmt(summary[test_key + '_of_selected'])} (the "
+            "test figure of the other trials is not reported)."
         )
     return "\n".join(lines) + "\n"
 
