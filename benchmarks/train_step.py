@@ -27,6 +27,7 @@ shapes everywhere). The JSON and the table record the shapes used and the paper'
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import baseline_model as base
@@ -191,6 +192,14 @@ def main() -> None:
         print(f"  ours {o * 1e3:.0f} ms, baseline {b * 1e3:.0f} ms: {b / o:.2f}x", flush=True)
         results.append({"shapes": s, "timings": times, "first_call_s": compile_s, **row})
         del fns
+        path = write_json(args.out, {
+            "benchmark": "train_step", "device": info, "repeats": args.repeats,
+            "load_average_1_5_15": os.getloadavg(),
+            "protocol": "interleaved (ours, baseline, ...), medians; ratio = baseline / ours",
+            "shape_caps": {"batch": args.batch, "length": args.length, "paper": args.paper,
+                           "cpu_defaults": None if args.paper else CPU_SHAPES},
+            "results": results, "rows": rows,
+        })  # fmt: skip  # after every config: a partial run keeps what it measured
 
     print()
     print_table(rows, [
@@ -198,13 +207,6 @@ def main() -> None:
         ("ours_ms", "ours ms", ".0f"), ("base_ms", "baseline ms", ".0f"),
         ("ratio", "base/ours", ".2f"),
     ])  # fmt: skip
-    path = write_json(args.out, {
-        "benchmark": "train_step", "device": info, "repeats": args.repeats,
-        "protocol": "interleaved (ours, baseline, ...), medians; ratio = baseline / ours",
-        "shape_caps": {"batch": args.batch, "length": args.length, "paper": args.paper,
-                       "cpu_defaults": None if args.paper else CPU_SHAPES},
-        "results": results, "rows": rows,
-    })  # fmt: skip
     print(f"wrote {path}")
 
 
