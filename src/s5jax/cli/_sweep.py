@@ -123,6 +123,8 @@ def sweep(args) -> int:
         sweep_table,
     )
 
+    if args.space and args.space.endswith((".toml", ".json")) and not Path(args.space).is_file():
+        raise FileNotFoundError(f"{args.space}: no such file (a SPACE.toml or a config file)")
     if args.space and _is_space(args.space):
         if args.overrides or args.data or args.metric:
             raise ValueError(

@@ -611,7 +611,7 @@ def space_from_sets(
             raise ConfigError(f"--set {text!r}: an empty value in the list")
         grid[key] = [parse_override(f"{key}={v}")[1] for v in values]
     if not grid:
-        raise ConfigError("s5jax sweep: no key to search: give at least one --set key=a,b,c")
+        raise ConfigError("no key to search: give at least one --set key=a,b,c (or SPACE.toml)")
     if sample < 0:
         raise ValueError(f"--sample must be >= 0, got {sample}")
     if metric is not None and metric not in METRICS:
