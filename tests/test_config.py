@@ -454,3 +454,26 @@ def test_removed_keys_are_dropped_from_old_run_configs_and_refused_in_new_ones(t
         load_experiment(toml)
     with pytest.raises(ConfigError, match=r"unknown key 'data\.pendulum_sample_rate'"):
         load_experiment("synthetic", ["data.pendulum_sample_rate=50"])
+
+
+def test_added_settings_keep_old_runs_as_they_were(tmp_path, caplog):
+    """`model.head_activation` arrived with default "tanh"; a run's config.json written before
+    it (no such key) loads as "relu", what that run trained with, and says so."""
+    import json
+    import logging
+
+    from s5jax.config import dump_json, load_experiment
+
+    cfg = load_experiment("pendulum")
+    assert cfg.model.head_activation == "tanh"
+    path = dump_json(cfg, tmp_path / "config.json")
+    raw = json.loads(path.read_text())
+    del raw["model"]["head_activation"]
+    path.write_text(json.dumps(raw))
+    with caplog.at_level(logging.INFO, logger="s5jax"):
+        old = load_experiment(path)
+    assert old.model.head_activation == "relu"
+    assert "model.head_activation = 'relu'" in caplog.text
+    toml = tmp_path / "mine.toml"
+    toml.write_text('base = "pendulum"\n[model]\nhead = "gaussian"\n')
+    assert load_experiment(toml).model.head_activation == "tanh"

@@ -63,6 +63,7 @@ OBSERVED = {
     "model.encoder": "tests/test_models.py::test_every_experiment_builds_with_the_closed_form_parameter_count",
     "model.pooling": f"{HERE}::test_model_option_changes_the_model",
     "model.head": f"{HERE}::test_model_option_changes_the_model",
+    "model.head_activation": "tests/test_models.py::test_gaussian_head_hidden_activation",
     "model.timestep_mode": "tests/test_models.py::test_pendulum_timestep_modes",
     "model.remat": "tests/test_remat.py::test_remat_keeps_loss_gradients_and_batchnorm_state",
     "model.scan_method": "tests/test_models.py::test_config_scan_method_reaches_every_layer_with_the_same_outputs",

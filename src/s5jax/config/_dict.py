@@ -72,6 +72,25 @@ REMOVED = {
 }
 
 
+#: Settings added later whose default differs from what runs written before them did: a run
+#: directory's `config.json` without the key gets the old behaviour (so its checkpoints
+#: predict as they did), with an info line; a TOML config gets the new default.
+ADDED = {
+    ("model", "head_activation"): (
+        "relu", "the Gaussian head used ReLU before it was a setting",
+        lambda section: section.get("head") == "gaussian",
+    ),
+}
+
+
+def _fill_added(key: str, raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    missing = {k: v for (s, k), v in ADDED.items() if s == key and k not in raw}
+    for k, (value, why, matters) in missing.items():
+        if matters(raw):
+            log.info("%s.%s = %r (absent from this config.json: %s)", key, k, value, why)
+    return {**raw, **{k: value for k, (value, *_) in missing.items()}}
+
+
 def _drop_removed(key: str, raw: Mapping[str, Any], source: str | None) -> Mapping[str, Any]:
     removed = [k for k in raw if (key, k) in REMOVED]
     if not removed:
@@ -89,6 +108,8 @@ def _section(cls: type, key: str, raw: Any, source: str | None = None) -> Any:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{key}: expected a table of settings, got {raw!r}")
     raw = _drop_removed(key, raw, source)
+    if source == "json":
+        raw = _fill_added(key, raw)
     valid = list(field_hints(cls))
     unknown = [k for k in raw if k not in valid]
     if unknown:

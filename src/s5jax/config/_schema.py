@@ -43,6 +43,7 @@ Activation = Literal["gelu", "full_glu", "half_glu1", "half_glu2"]
 Encoder = Literal["dense", "embedding", "pendulum_cnn"]
 Pooling = Literal["mean", "masked_mean", "last", "none"]
 Head = Literal["classification", "regression", "gaussian", "retrieval"]
+HeadActivation = Literal["tanh", "relu"]
 TimestepMode = Literal["irregular", "drop", "append"]
 Remat = Literal["none", "layers", "ssm"]
 ScanMethod = Literal["auto", "fused", "sequential", "parallel", "chunked", "pallas", "native"]
@@ -106,6 +107,9 @@ class ModelConfig:
     products with float32 accumulation and bfloat16 activations; norm statistics, Λ, Δ, the
     discretisation, the SSM state, the head's output and the loss in float32). See `S5Model`.
 
+    `head_activation`: the hidden activation of the Gaussian head's two MLPs (`"tanh"`, the
+    authors' pendulum code; `"relu"` is what runs from before this setting used).
+
     `causal = true` marks a model meant for online use (each output from the steps so far):
     it rules out `bidirectional` and example normalisation (`data.normalize = "example"`).
 
@@ -138,6 +142,7 @@ class ModelConfig:
     encoder: Encoder = "dense"
     pooling: Pooling = "mean"
     head: Head = "classification"
+    head_activation: HeadActivation = "tanh"
     timestep_mode: TimestepMode = "irregular"
     remat: Remat = "none"
     scan_method: ScanMethod = "auto"
@@ -267,10 +272,10 @@ class DataConfig:
     n_train: int | None = None
     n_eval: int | None = None
     zero_shot_8khz: bool = False
-    normalize: Normalize = "none"
     missing: Missing = "error"
     val_fraction: float = 0.1
     val_seed: int = 0
+    normalize: Normalize = "none"
 
     def __post_init__(self) -> None:
         check_fields(self, "data")

@@ -109,17 +109,23 @@ def gaussian_variance(ell: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
     return jnp.where(ell < 0, jnp.exp(jnp.minimum(ell, jnp.zeros_like(ell))), ell + 1)
 
 
-class GaussianHead(eqx.Module):
-    """Per-step Gaussian prediction: two MLPs (H → 30 → ReLU → D) for μ and ℓ; σ² from ℓ.
+_HIDDEN = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
-    **Arguments:** `H`, `n_outputs` (D), `hidden` (30), `dtype`, `precision`, and a
-    keyword-only `key`.
+
+class GaussianHead(eqx.Module):
+    """Per-step Gaussian prediction: two MLPs (H → 30 → tanh → D) for μ and ℓ; σ² from ℓ.
+
+    **Arguments:** `H`, `n_outputs` (D), `hidden` (30), `activation` (`"tanh"`, as the
+    authors' pendulum branch, whose `SimpleMLP` uses `nn.tanh`; or `"relu"`, what s5jax used
+    before 0.x and what a run's `config.json` without `model.head_activation` gets), `dtype`,
+    `precision`, and a keyword-only `key`.
     """
 
     mean_hidden: Dense
     mean_out: Dense
     var_hidden: Dense
     var_out: Dense
+    activation: str = eqx.field(static=True, default="tanh")
 
     def __init__(
         self,
@@ -127,10 +133,14 @@ class GaussianHead(eqx.Module):
         n_outputs: int,
         *,
         hidden: int = 30,
+        activation: str = "tanh",
         dtype=jnp.float32,
         precision="fp32",
         key: PRNGKeyArray,
     ):
+        if activation not in _HIDDEN:
+            raise ValueError(f"activation must be one of {sorted(_HIDDEN)}, got {activation!r}")
+        self.activation = activation
         k1, k2, k3, k4 = jax.random.split(key, 4)
         dense = dict(dtype=dtype, precision=check_precision(precision))
         self.mean_hidden = Dense(H, hidden, **dense, key=k1)
@@ -140,8 +150,9 @@ class GaussianHead(eqx.Module):
 
     def __call__(self, z: Float[Array, "L H"]) -> tuple[Float[Array, "L D"], Float[Array, "L D"]]:
         """**Arguments:** `z` (L, H). **Returns:** `(mean, variance)`, each (L, D)."""
-        mean = self.mean_out(jax.nn.relu(self.mean_hidden(z)), fp32_output=True)
-        ell = self.var_out(jax.nn.relu(self.var_hidden(z)), fp32_output=True)
+        act = _HIDDEN[self.activation]
+        mean = self.mean_out(act(self.mean_hidden(z)), fp32_output=True)
+        ell = self.var_out(act(self.var_hidden(z)), fp32_output=True)
         return mean, gaussian_variance(ell)
 
 

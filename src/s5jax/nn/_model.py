@@ -61,7 +61,7 @@ def _head(cfg, n_outputs, dtype, key) -> Head:
     if cfg.head == "regression":
         return RegressionHead(H, n_outputs, **options)
     if cfg.head == "gaussian":
-        return GaussianHead(H, n_outputs, **options)
+        return GaussianHead(H, n_outputs, activation=cfg.head_activation, **options)
     if cfg.head == "retrieval":
         return RetrievalHead(H, n_outputs, gelu_approximate=cfg.gelu_approximate, **options)
     raise ValueError(f"unknown model.head {cfg.head!r}")
