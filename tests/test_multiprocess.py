@@ -154,6 +154,25 @@ def test_two_processes_train_resume_and_read_half_of_each_batch_like_two_devices
     assert len(read_metrics(two, kind="epoch")) == 2
 
 
+def test_every_process_stops_with_the_error_of_process_0(tmp_path):
+    # Process 0 refuses a non-empty run directory; process 1, which does not check it,
+    # stops with process 0's message and exit status, and nothing is written.
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "notes.txt").write_text("mine\n")
+    port, procs = _free_port(), []
+    for i in range(2):
+        multi = ["--multihost", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+        argv = _train_args(workdir, 1, *multi, "--process-id", str(i))
+        procs.append(_start(tmp_path, f"refused-{i}", argv)[0])
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    errors = [[line for line in out.splitlines() if "error:" in line] for out in outs]
+    assert [p.returncode for p in procs] == [2, 2], outs
+    assert errors[0] == errors[1] and len(errors[0]) == 1
+    assert errors[0][0].startswith(f"s5jax train: error: {workdir} already holds a run")
+    assert sorted(p.name for p in workdir.iterdir()) == ["notes.txt"]
+
+
 def test_a_process_that_cannot_reach_the_coordinator_stops_within_the_timeout(tmp_path):
     address = f"127.0.0.1:{_free_port()}"  # nothing listens there
     argv = _train_args(tmp_path / "run", 1, "--multihost", "--coordinator", address)

@@ -309,10 +309,14 @@ def train_and_evaluate(
     workdir = Path(workdir)
     # Several processes: process 0 owns the folder (checks it, locks it, writes its files);
     # the others follow its decision, or stop with its error (`_sharding.announce`).
-    owner, lock = is_first_process(), None
+    owner, lock, stage = is_first_process(), None, "s5jax/checked"
     try:
-        if owner:
+        if owner:  # a refused folder stops every process before it loads the data
             check_workdir(workdir, resume=resume, overwrite=overwrite)
+            announce(stage)
+            stage = "s5jax/run-dir"
+        else:
+            await_announcement(stage)
         dataset = dataset if dataset is not None else load_dataset(config.data)
         run = _Run(config, workdir, dataset, out)
         run.build()
@@ -323,7 +327,7 @@ def train_and_evaluate(
         if owner:
             if lock is not None:
                 lock.release()
-            announce("s5jax/run-dir", error=e)
+            announce(stage, error=e)
         raise
     mode = announce("s5jax/run-dir", mode) if owner else await_announcement("s5jax/run-dir")
     try:
