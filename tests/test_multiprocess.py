@@ -39,22 +39,28 @@ _SETTINGS = [
     "train.save_best=false",  # one orbax save per epoch is enough here
 ]
 
-# The `s5jax` command with a hook counting the rows each process reads from the data.
+# The `s5jax` command with hooks counting the rows of the batches the trainer gets and the
+# rows read from the data arrays to make them.
 _CHILD = textwrap.dedent("""
     import json, os, sys
     import s5jax.data._batches as batches
-    read = {"rows": 0}
-    gather = batches._gather
-    def counting(arr, idx, contiguous):
+    import s5jax.train._engine as engine
+    count = {"batch_rows": 0, "read_rows": 0}
+    gather, iterate = batches._gather, engine.iterate_batches
+    def counting_gather(arr, idx, contiguous):
         out = gather(arr, idx, contiguous)
         if arr.ndim == 3:  # the inputs x (B, L, D); y, lengths and t are smaller
-            read["rows"] += len(out)
+            count["read_rows"] += len(out)
         return out
-    batches._gather = counting
+    def counting_batches(*args, **kwargs):
+        for batch in iterate(*args, **kwargs):
+            count["batch_rows"] += len(batch["x"])
+            yield batch
+    batches._gather, engine.iterate_batches = counting_gather, counting_batches
     from s5jax.cli import main
     code = main(sys.argv[1:])
     with open(os.environ["ROWS_FILE"], "w") as f:
-        json.dump(read, f)
+        json.dump(count, f)
     sys.exit(code)
 """)
 
@@ -95,7 +101,8 @@ def _start(tmp_path, name, argv):
 def _finish(proc, rows, timeout=240):
     out, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, out[-3000:]
-    return out, json.loads(rows.read_text())["rows"]
+    count = json.loads(rows.read_text())
+    return out, (count["batch_rows"], count["read_rows"])
 
 
 def _two_processes(tmp_path, name, workdir, epochs, *extra, beside=()):
@@ -143,11 +150,13 @@ def test_two_processes_train_resume_and_read_half_of_each_batch_like_two_devices
     np.testing.assert_allclose([l for _, l in steps_two], [l for _, l in steps_one], atol=1e-5)
     np.testing.assert_allclose(epochs_two, epochs_one, atol=1e-5)
 
-    # Each process read half of the rows the single process read (the same in both runs).
-    (_, first_0), (_, first_1) = first
-    (_, second_0), (_, second_1) = second
+    # Each process got half of the rows of each batch the single process got (8 of 16 rows
+    # for val's padded second batch), and read from the data only those: its share.
+    (_, (first_0, read_0)), (_, (first_1, read_1)) = first
+    (_, (second_0, read_2)), (_, (second_1, read_3)) = second
     assert first_0 == first_1 and second_0 == second_1
-    assert 2 * (first_0 + second_0) == rows_one, (first, second, rows_one)
+    assert 2 * (first_0 + second_0) == rows_one[0], (first, second, rows_one)
+    assert (read_0, read_1, read_2, read_3) == (first_0, first_1, second_0, second_1)
 
     # Process 0 alone wrote the run's files: one config, one metrics line per record.
     assert json.loads((two / "results.json").read_text())["epochs_run"] == 2
@@ -242,6 +251,9 @@ def test_the_rows_of_each_process_make_up_the_batches(shuffle):
         for name in batch:
             np.testing.assert_array_equal(np.concatenate([low[name], high[name]]), batch[name])
     assert whole[-1]["mask"].tolist() == [True, True, True, False]
+    every = list(iterate_batches(split, 4, shuffle=shuffle, seed=2, epoch=3, rows=slice(0, 4)))
+    for batch, same in zip(whole, every, strict=True):
+        assert all(np.array_equal(batch[k], same[k]) for k in batch)
 
 
 def test_one_process_holds_every_row_and_shard_local_equals_shard():

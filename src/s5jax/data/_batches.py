@@ -103,6 +103,8 @@ def iterate_batches(
         raise ValueError(f"skip={skip} is past the end of the epoch ({total} batches)")
     order = epoch_order(n, shuffle=shuffle, seed=seed, epoch=epoch)
     arrays = {name: getattr(split, name) for name in _FIELDS if getattr(split, name) is not None}
+    if rows is not None and rows.indices(batch_size) == (0, batch_size, 1):
+        rows = None  # every row (one process): the plain path, contiguous reads in order
     for b in range(skip, total):
         idx = order[b * batch_size : (b + 1) * batch_size]
         real = len(idx)
