@@ -1,6 +1,7 @@
 """benchmarks/baseline_model.py (the authors' whole model in plain JAX) computes what our model
 computes: outputs, BatchNorm statistics and gradients of the training loss, on the same
-parameters, in float64, for small versions of the paper's configurations."""
+parameters, in float64, for small versions of the paper's configurations. One case runs by
+default (each costs 15-25 s of compiling on 2 cores); the others are marked slow."""
 
 import dataclasses
 import sys
@@ -41,6 +42,7 @@ CASES = {
     # Retrieval (two documents per example) with LayerNorm prenorm, full_glu, clip_eigs and a
     # unidirectional SSM.
     "retrieval-layernorm-prenorm": dict(
+        slow=True,
         task="retrieval",
         vocab=9,
         n_outputs=2,
@@ -58,6 +60,7 @@ CASES = {
     ),
     # Pendulum: per-frame CNN, irregular Δ, LayerNorm postnorm, Gaussian head.
     "pendulum": dict(
+        slow=True,
         task="pendulum",
         d_input=576,
         n_outputs=2,
@@ -176,6 +179,7 @@ def test_baseline_equals_ours(name, x64):
     assert all(float(jnp.max(jnp.abs(g))) > 0 for _, g in flat_b if g.size > 1)
 
 
+@pytest.mark.slow
 def test_baseline_training_step_runs_and_learns(x64):
     """The jitted baseline step (value_and_grad, optax multi_transform) lowers the loss on a
     repeated batch, and its optimiser puts Λ, B̃ and log Δ in the Adam group."""
