@@ -448,7 +448,9 @@ def test_gaussian_head_hidden_activation(activation):
     from s5jax.nn import GaussianHead
 
     with jax.enable_x64(True):
-        head = GaussianHead(5, 2, activation=activation, dtype=jnp.float64, key=jax.random.PRNGKey(0))
+        head = GaussianHead(
+            5, 2, activation=activation, dtype=jnp.float64, key=jax.random.PRNGKey(0)
+        )
         z = jax.random.normal(jax.random.PRNGKey(1), (7, 5), jnp.float64)
         mean, var = head(z)
         act = np.tanh if activation == "tanh" else (lambda a: np.maximum(a, 0))
