@@ -114,7 +114,7 @@ def test_rule_values_for_a_long_padded_dataset():
         "data.normalize": "example", "model.bidirectional": True, "model.norm": "batch",
         "model.dt_min": 0.000744, "model.dt_max": 0.1, "model.d_model": 64,
         "model.ssm_size": 64, "model.blocks": 4, "data.batch_size": 32, "train.epochs": 18,
-        "optim.warmup_epochs": 2,
+        "optim.warmup_epochs": 2, "train.best_ties": "lower_loss",
     }  # fmt: skip
     # 10^7 sequence steps / (32 x 1344) = 232 steps, 13 per epoch (the partial batch dropped)
     assert "capped at 1e+07 sequence steps" in c["train.epochs"].reason
@@ -126,6 +126,12 @@ def test_rule_values_for_a_long_padded_dataset():
     assert (values["model.d_model"], values["data.batch_size"], values["train.epochs"]) == (
         32, 8, 334)  # fmt: skip
     assert values["model.dt_min"] == 0.01 and values["data.normalize"] == "channel"
+    # regression keeps the paper's rule: a continuous val loss does not tie
+    regression = DataFacts("regression", False, False, 30, 24, 24, 24, 0.0, 1, 1.0)
+    assert "train.best_ties" not in {x.key for x in choose_defaults(regression, {})}
+    assert "train.best_ties" not in {
+        x.key for x in choose_defaults(small, {"train.best_ties": "earliest"})
+    }
 
 
 def _dataset(train_x, other_x, lengths=None, other_lengths=None):

@@ -51,6 +51,32 @@ def test_a_run_writes_its_outputs_and_learns(tmp_path):
     assert any((run / "tensorboard").iterdir())
 
 
+def test_best_ties_choose_the_earliest_or_the_lower_loss_epoch(tmp_path):
+    # 8 val examples: accuracy moves in steps of 1/8 and ties from epoch 5 on (seen: 0.625 at
+    # epochs 5-8 with val loss falling), so the two rules pick different epochs.
+    sets = ("train.epochs=8", "data.n_eval=8", "data.eval_batch_size=8",
+            "train.test_every_epoch=true")  # fmt: skip
+    runs = {
+        ties: (_run(tmp_path, ties, _cfg(*sets, f"train.best_ties={ties}")),
+               read_metrics(tmp_path / ties, kind="epoch"))
+        for ties in ("earliest", "lower_loss")
+    }  # fmt: skip
+    # the setting changes selection only: training and evaluation are the same
+    (_, first), (_, lower) = runs["earliest"], runs["lower_loss"]
+    assert [(r["val_accuracy"], r["val_loss"]) for r in first] == [
+        (r["val_accuracy"], r["val_loss"]) for r in lower
+    ]
+    for ties, (summary, epochs) in runs.items():
+        best = None
+        for r in epochs:  # the rule, restated over the recorded figures
+            key = (r["val_accuracy"], -r["val_loss"] if ties == "lower_loss" else 0.0)
+            if best is None or key > best[0]:
+                best = (key, r)
+        assert summary["best_epoch"] == best[1]["epoch"], ties
+        assert summary["test_at_best_val"] == best[1]["test_accuracy"]
+    assert runs["lower_loss"][0]["best_epoch"] > runs["earliest"][0]["best_epoch"]
+
+
 def test_test_split_is_evaluated_when_val_improves_unless_asked_every_epoch(tmp_path):
     lazy = _run(tmp_path, "lazy", _cfg("train.epochs=4"))
     eager = _run(tmp_path, "eager", _cfg("train.epochs=4", "train.test_every_epoch=true"))

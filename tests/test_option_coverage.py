@@ -108,6 +108,7 @@ OBSERVED = {
     "train.save_last": f"{HERE}::test_save_best_and_save_last_choose_the_checkpoints",
     "train.log_every": "tests/test_engine.py::test_nan_loss_found_at_a_fetch_names_its_step_and_the_fetched_range",
     "train.test_every_epoch": "tests/test_engine.py::test_test_split_is_evaluated_when_val_improves_unless_asked_every_epoch",
+    "train.best_ties": "tests/test_engine.py::test_best_ties_choose_the_earliest_or_the_lower_loss_epoch",
     # --- top level and the paper's figure (value, unit and metric: the curves' reference line)
     "name": "tests/test_cli.py::test_train_on_user_npz",
     "paper.metric": f"{HERE}::test_paper_figure_is_the_curves_reference_in_raw_units",
@@ -159,10 +160,19 @@ OBSERVED = {
     "s5jax export --checkpoint": f"{HERE}::test_flag_reaches_the_function_that_implements_it",
     "s5jax export --length": f"{HERE}::test_flag_reaches_the_function_that_implements_it",
     "s5jax data prepare --seed": f"{HERE}::test_prepare_seed_changes_the_generated_data",
+    "s5jax train --seeds": "tests/test_sweep.py::test_seeds_summary_rerun_and_interrupted_seed",
+    "s5jax sweep --data": "tests/test_sweep.py::test_sweep_flags_reach_the_space_and_the_runner",
+    "s5jax sweep --set": "tests/test_sweep.py::test_sweep_flags_reach_the_space_and_the_runner",
+    "s5jax sweep --sample": "tests/test_sweep.py::test_sweep_flags_reach_the_space_and_the_runner",
+    "s5jax sweep --seed": "tests/test_sweep.py::test_sweep_flags_reach_the_space_and_the_runner",
+    "s5jax sweep --metric": "tests/test_sweep.py::test_sweep_flags_reach_the_space_and_the_runner",
+    "s5jax sweep --workdir": "tests/test_sweep.py::test_sweep_selects_by_val_and_reports_only_its_test",
+    "s5jax sweep --devices": "tests/test_sweep.py::test_sweep_flags_reach_the_space_and_the_runner",
+    "s5jax sweep --no-progress": "tests/test_sweep.py::test_sweep_flags_reach_the_space_and_the_runner",
     "s5jax data prepare --missing": "tests/test_data_uea.py::test_prepare_uea_writes_npz_that_load_user_npz_reads_the_same",
 }
 # `s5jax <command> --debug` (the flag repeated after each command) is one loop in `_parser`.
-for _command in ("train", "eval", "predict", "export", "plot", "list", "config", "data"):
+for _command in ("train", "eval", "predict", "export", "plot", "list", "config", "data", "sweep"):
     OBSERVED[f"s5jax {_command} --debug"] = (
         f"{HERE}::test_debug_after_the_command_prints_the_traceback"
     )
@@ -352,6 +362,7 @@ def test_multihost_initialises_jax_distributed_first(tmp_path, monkeypatch, caps
         ["plot", "{tmp}/none", "--out", "{tmp}/p.png"],
         ["train", "no-such-experiment"],
         ["data", "prepare", "no-such-dataset"],
+        ["sweep", "{tmp}/none.toml"],
     ],
     ids=lambda argv: argv[0],
 )

@@ -309,3 +309,36 @@ def test_sweep_value_errors_name_the_trial_key(tmp_path, capsys):
     assert code == 2
     assert "use val_accuracy or val_loss" in capsys.readouterr().err
     assert not (tmp_path / "sw").exists()
+
+
+def test_sweep_flags_reach_the_space_and_the_runner(tmp_path, monkeypatch, capsys):
+    # The command line's half of `s5jax sweep`: each flag lands in the space or the runner's
+    # arguments (the runner itself is exercised end to end above).
+    import s5jax.train._sweep as sweeps
+
+    calls = []
+
+    def record(space, workdir, *, devices, progress):
+        calls.append((space, workdir, devices, progress))
+        return {"not_finished": []}
+
+    monkeypatch.setattr(sweeps, "run_sweep", record)
+    monkeypatch.setattr(sweeps, "sweep_table", lambda summary: "")
+    data = tmp_path / "mine.npz"
+    sets = ["--set", "optim.ssm_lr=1e-3,2e-3,4e-3", "--set", "model.d_model=8,16"]
+    assert main(["sweep", "synthetic", *sets, "--workdir", str(tmp_path / "a")]) == 0
+    assert main(["sweep", "--data", str(data), *sets, "--sample", "3", "--seed", "5",
+                 "--metric", "val_loss", "--devices", "0,2", "--no-progress",
+                 "--workdir", str(tmp_path / "b")])  == 0  # fmt: skip
+    (plain, work_a, dev_a, prog_a), (flagged, work_b, dev_b, prog_b) = calls
+    assert plain.base == "synthetic" and plain.data is None and flagged.data == str(data)
+    grid = {"optim.ssm_lr": [1e-3, 2e-3, 4e-3], "model.d_model": [8, 16]}
+    assert plain.grid == flagged.grid == grid
+    assert len(plain.trials()) == 6  # the whole grid
+    assert (flagged.samples, flagged.seed, flagged.metric) == (3, 5, "val_loss")
+    drawn = flagged.trials()
+    assert len(drawn) == 3 and drawn == SweepSpace(grid=grid, samples=3, seed=5).trials()
+    assert plain.metric is None
+    assert (work_a, work_b) == (tmp_path / "a", tmp_path / "b")
+    assert (dev_b, prog_a, prog_b) == (["0", "2"], True, False)
+    assert dev_a == device_slots(None)  # no --devices: CUDA_VISIBLE_DEVICES / nvidia-smi

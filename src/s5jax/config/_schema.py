@@ -53,6 +53,7 @@ Schedule = Literal["cosine", "constant"]
 Missing = Literal["error", "zero", "ffill", "interpolate"]
 Unit = Literal["%", "1e-3", "1"]
 Normalize = Literal["none", "channel", "example"]
+BestTies = Literal["earliest", "lower_loss"]
 
 _UNIT_SCALE = {"%": 0.01, "1e-3": 1e-3, "1": 1.0}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -302,6 +303,12 @@ class TrainConfig:
     val improves (the reported figure is the test metric at the best-val epoch, so nothing
     else is needed); `test_every_epoch = true` evaluates it after every epoch as well, for
     curves, at the cost of one more pass over the test split per epoch.
+
+    `best_ties` says which epoch is best when val metrics tie: `"earliest"` (the paper's rule:
+    a later epoch must beat the best val metric) or `"lower_loss"` (a later epoch that equals
+    it with a lower val loss is better). Accuracy on a small val split moves in steps of 1/N
+    and often reaches its maximum in the first epochs; `"lower_loss"` then keeps following the
+    model as it improves. The defaults chosen from a user's data set it for classification.
     """
 
     epochs: int = 100
@@ -311,6 +318,7 @@ class TrainConfig:
     save_last: bool = True
     log_every: int = 100
     test_every_epoch: bool = False
+    best_ties: BestTies = "earliest"
 
     def __post_init__(self) -> None:
         check_fields(self, "train")

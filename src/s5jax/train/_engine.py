@@ -268,9 +268,15 @@ class _Run:
         n = max(totals["count"], 1)
         return {"loss": totals["loss_sum"] / n, self.metric: totals["metric_sum"] / n}
 
-    def better(self, value: float, best: float | None) -> bool:
+    def better(self, val: dict[str, float], history: dict[str, Any]) -> bool:
+        """Whether this epoch's val figures make it the best epoch so far (`train.best_ties`
+        decides a tie in the metric: the earliest epoch stays, or the lower val loss wins)."""
+        best, value = history["best_val"], val[self.metric]
         if best is None:
             return True
+        if value == best and self.config.train.best_ties == "lower_loss":
+            best_loss = history.get("best_val_loss")  # absent in runs saved before the setting
+            return best_loss is not None and val["loss"] < best_loss
         return value > best if self.higher_is_better else value < best
 
 
@@ -344,6 +350,7 @@ def _own_run(run: _Run, lock, mode: str, progress: bool, out, defaults=None) -> 
         "epoch": 0,
         "step": 0,
         "best_val": None,
+        "best_val_loss": None,
         "best_epoch": None,
         "test_at_best": None,
         "plateau": asdict(PlateauState()),
@@ -432,13 +439,16 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
         step, record = run.train_epoch(epoch, history["step"], logger, progress)
         val = run.evaluate("val")
         record.update({f"val_{k}": v for k, v in val.items()})
-        improved = run.better(val[run.metric], history["best_val"])
+        improved = run.better(val, history)
         test = run.evaluate("test") if improved or cfg.train.test_every_epoch else None
         if test is not None:
             record.update({f"test_{k}": v for k, v in test.items()})
         if improved:
             history.update(
-                best_val=val[run.metric], best_epoch=epoch, test_at_best=test[run.metric]
+                best_val=val[run.metric],
+                best_val_loss=val["loss"],
+                best_epoch=epoch,
+                test_at_best=test[run.metric],
             )
             record.update(_zero_shot(run))
         if cfg.optim.reduce_on_plateau:
