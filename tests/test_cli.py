@@ -137,6 +137,24 @@ def test_cpu_devices_warns_when_jax_has_already_started(tmp_path, capsys, monkey
     assert "--cpu-devices 2 had no effect" in capsys.readouterr().err
 
 
+def test_log_lines_print_once_when_a_library_configured_the_root_logger(capsys):
+    """absl's logging (used by orbax) calls `logging.basicConfig()`: the root handler it adds
+    must not print each `s5jax` line a second time (it did: "INFO:s5jax.data:...")."""
+    import logging
+    import sys
+
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)  # what logging.basicConfig() adds
+    root.addHandler(handler)
+    try:
+        assert main(["-v", "config", "synthetic"]) == 0
+    finally:
+        root.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert err.count("glibc allocator tuning") == 1
+    assert logging.getLogger("s5jax").propagate  # restored for library users (caplog, apps)
+
+
 def test_main_restores_the_data_progress_factory(tmp_path):
     """`main` installs the trainer's bar for dataset preparation only while it runs: a
     library user calling `main` in-process gets log lines again afterwards."""

@@ -767,6 +767,9 @@ def main(argv: list[str] | None = None) -> int:
     # Dataset preparation draws its progress with the trainer's bar (tqdm on a terminal, 10 %
     # lines otherwise); `-q` leaves only its log lines, which the level then hides.
     previous_factory = set_progress_factory(None if args.quiet else _data_progress)
+    # The command prints the `s5jax` records itself; a root handler that a library installs
+    # (absl's logging calls `logging.basicConfig()` when orbax logs) would print each again.
+    propagate, log.propagate = log.propagate, False
     log.debug("s5jax %s; glibc allocator tuning %s", __version__, "on" if tuned else "off")
     handlers = {
         "train": _train,
@@ -791,6 +794,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     finally:  # `main` called in-process (tests, notebooks) leaves the library as it found it
         set_progress_factory(previous_factory)
+        log.propagate = propagate
 
 
 def _failure(e: BaseException, args, argv: list[str]) -> tuple[int, str]:
