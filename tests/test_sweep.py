@@ -329,7 +329,7 @@ def test_sweep_flags_reach_the_space_and_the_runner(tmp_path, monkeypatch, capsy
     assert main(["sweep", "synthetic", *sets, "--workdir", str(tmp_path / "a")]) == 0
     assert main(["sweep", "--data", str(data), *sets, "--sample", "3", "--seed", "5",
                  "--metric", "val_loss", "--devices", "0,2", "--no-progress",
-                 "--workdir", str(tmp_path / "b")])  == 0  # fmt: skip
+                 "--workdir", str(tmp_path / "b")]) == 0  # fmt: skip
     (plain, work_a, dev_a, prog_a), (flagged, work_b, dev_b, prog_b) = calls
     assert plain.base == "synthetic" and plain.data is None and flagged.data == str(data)
     grid = {"optim.ssm_lr": [1e-3, 2e-3, 4e-3], "model.d_model": [8, 16]}
