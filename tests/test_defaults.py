@@ -134,6 +134,27 @@ def test_rule_values_for_a_long_padded_dataset():
     }
 
 
+def test_small_val_splits_report_the_last_epoch():
+    def keys(n_val, per_step=False, task="classification", user=None):
+        facts = DataFacts(task, per_step, False, 90, 1460, 1460, 1460, 0.0, 1, 1.0, n_val)
+        return {x.key: x for x in choose_defaults(facts, user or {})}
+
+    small = keys(10)  # ACSF1's carve: 10 val examples, accuracy in steps of 0.1
+    assert small["train.select"].value == "last" and "train.best_ties" not in small
+    assert "10 val examples < 50" in small["train.select"].reason
+    assert "16%" in small["train.select"].reason  # 0.5 / sqrt(10)
+    for n_val in (49, 1):
+        assert keys(n_val)["train.select"].value == "last"
+    assert keys(8, task="regression")["train.select"].value == "last"
+    # enough val examples, per-step targets (L targets each), or no val split: the paper's rule
+    for chosen in (keys(50), keys(55), keys(None), keys(3, per_step=True, task="regression")):
+        assert "train.select" not in chosen
+    assert keys(50)["train.best_ties"].value == "lower_loss"
+    # the user's choice stands, and then ties are still broken by the val loss
+    user = keys(10, user={"train.select": "best_val"})
+    assert "train.select" not in user and user["train.best_ties"].value == "lower_loss"
+
+
 def _dataset(train_x, other_x, lengths=None, other_lengths=None):
     y = np.zeros(len(train_x), np.int32)
     return PreparedDataset(

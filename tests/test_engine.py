@@ -77,6 +77,33 @@ def test_best_ties_choose_the_earliest_or_the_lower_loss_epoch(tmp_path):
     assert runs["lower_loss"][0]["best_epoch"] > runs["earliest"][0]["best_epoch"]
 
 
+def test_select_last_reports_the_model_where_training_ends(tmp_path):
+    sets = ("train.epochs=4", "data.n_eval=8", "data.eval_batch_size=8")
+    best = _run(tmp_path, "best", _cfg(*sets, "train.test_every_epoch=true"))
+    last = _run(tmp_path, "last", _cfg(*sets, "train.select=last"))
+    best_epochs = read_metrics(tmp_path / "best", kind="epoch")
+    last_epochs = read_metrics(tmp_path / "last", kind="epoch")
+    # the same training and val figures; only what is reported differs
+    assert [(r["val_accuracy"], r["val_loss"]) for r in best_epochs] == [
+        (r["val_accuracy"], r["val_loss"]) for r in last_epochs
+    ]
+    assert (last["best_epoch"], last["select"], best["select"]) == (4, "last", "best_val")
+    assert last["best_val"] == last_epochs[-1]["val_accuracy"]
+    # test is evaluated once, at the end, and equals the every-epoch run's last figure
+    assert ["test_accuracy" in r for r in last_epochs] == [False, False, False, True]
+    assert last["test_at_best_val"] == best_epochs[-1]["test_accuracy"]
+    assert best["best_epoch"] != 4  # the two protocols differ here, so the check bites
+    ckpt = Checkpoints(tmp_path / "last")
+    assert ckpt.latest_step("best") == ckpt.latest_step("latest") == last_epochs[-1]["step"]
+    ckpt.close()
+    # early stopping ends training: the epoch it stops at is the one reported
+    stopped = _run(tmp_path, "stop", _cfg(*sets, "train.epochs=20", "train.select=last",
+                                          "train.early_stop_patience=1"))  # fmt: skip
+    epochs = read_metrics(tmp_path / "stop", kind="epoch")
+    assert len(epochs) < 20 and stopped["best_epoch"] == stopped["epochs_run"] == len(epochs)
+    assert ["test_accuracy" in r for r in epochs] == [False] * (len(epochs) - 1) + [True]
+
+
 def test_test_split_is_evaluated_when_val_improves_unless_asked_every_epoch(tmp_path):
     lazy = _run(tmp_path, "lazy", _cfg("train.epochs=4"))
     eager = _run(tmp_path, "eager", _cfg("train.epochs=4", "train.test_every_epoch=true"))

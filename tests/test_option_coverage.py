@@ -109,6 +109,7 @@ OBSERVED = {
     "train.log_every": "tests/test_engine.py::test_nan_loss_found_at_a_fetch_names_its_step_and_the_fetched_range",
     "train.test_every_epoch": "tests/test_engine.py::test_test_split_is_evaluated_when_val_improves_unless_asked_every_epoch",
     "train.best_ties": "tests/test_engine.py::test_best_ties_choose_the_earliest_or_the_lower_loss_epoch",
+    "train.select": "tests/test_engine.py::test_select_last_reports_the_model_where_training_ends",
     # --- top level and the paper's figure (value, unit and metric: the curves' reference line)
     "name": "tests/test_cli.py::test_train_on_user_npz",
     "paper.metric": f"{HERE}::test_paper_figure_is_the_curves_reference_in_raw_units",

@@ -35,11 +35,16 @@ stands. The rules, in the order they are applied:
    divided by the steps per epoch (N_train // batch: the last partial batch is dropped),
    rounded up.
    Linear warm-up over the first 10% of the epochs, then cosine decay (the paper's schedule).
-7. **Selection** (`train.best_ties`, classification): `"lower_loss"`. The carved val split of
-   a small file holds a few examples, so val accuracy moves in steps of 1/N_val and often
-   reaches its maximum in the first epochs; with the paper's rule (a later epoch must beat it)
-   the run would report an early model. A later epoch that ties in accuracy and has a lower
-   val loss is taken instead. (Measured on UEA/UCR sets: `docs/results.md`.)
+7. **Selection** (`train.select`, `train.best_ties`). Whole-sequence targets with fewer than
+   `VAL_SELECT_MIN` (50) val examples: `train.select = "last"`, the model at the end of the
+   budget is reported. Accuracy on N val examples has a standard error up to 0.5/√N (7 points
+   at N = 50, 16 at N = 10) and moves in steps of 1/N, so the "best" epoch of such a split is
+   mostly the epoch whose noise was luckiest, often an early, undertrained model; the cosine
+   schedule's last epoch is the model the budget was set for. With 50 or more val examples,
+   the paper's protocol (`"best_val"`), and for classification `train.best_ties =
+   "lower_loss"`: val accuracy still moves in steps of 1/N_val and ties; a later epoch that
+   ties in accuracy and has a lower val loss is taken. (Measured on UEA/UCR sets:
+   `docs/results.md`.)
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ WIDTH_MIN, WIDTH_MAX = 32, 128
 EPOCHS_WORTH, MIN_STEPS, MAX_STEPS = 100, 1000, 4000
 STEP_TOKENS, MIN_CAPPED_STEPS = 10_000_000, 200
 WARMUP_FRACTION = 0.1
+VAL_SELECT_MIN = 50
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class DataFacts:
     padded_fraction: float
     channels: int
     spread: float | None
+    n_val: int | None = None  # None: no val split (a rule that needs it is skipped)
 
     def describe(self) -> str:
         lengths = (
@@ -94,7 +101,9 @@ class DataFacts:
         spread = "" if self.spread is None else f", scale spread {self.spread:.3g}"
         what = "per-step " if self.per_step else ""
         return (
-            f"{self.n_train} training examples, {lengths}, {self.channels} channel(s), "
+            f"{self.n_train} training examples"
+            + ("" if self.n_val is None else f" (+{self.n_val} val)")
+            + f", {lengths}, {self.channels} channel(s), "
             f"{what}{self.task}{spread}"
         )
 
@@ -119,7 +128,8 @@ def _quantile_spread(std: np.ndarray) -> float:
 
 
 def inspect_data(dataset: PreparedDataset) -> DataFacts:
-    """The facts the rules use, from `dataset.splits["train"]` (the other splits are not read)."""
+    """The facts the rules use, from `dataset.splits["train"]` (of the val split, only its
+    size is read; the test split is not looked at)."""
     train = dataset.splits["train"]
     x = np.asarray(train.x)
     tokens = dataset.vocab_size is not None
@@ -145,6 +155,7 @@ def inspect_data(dataset: PreparedDataset) -> DataFacts:
         padded_fraction=float(1 - lengths.sum() / (n * L)),
         channels=1 if x.ndim == 2 else int(x.shape[2]),
         spread=spread,
+        n_val=len(dataset.splits["val"]) if "val" in dataset.splits else None,
     )
 
 
@@ -270,7 +281,15 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
     )
 
     # 7. selection
-    if facts.task == "classification":
+    if not facts.per_step and facts.n_val is not None and facts.n_val < VAL_SELECT_MIN:
+        choose(
+            "train.select",
+            "last",
+            f"{facts.n_val} val examples < {VAL_SELECT_MIN}: the val metric's noise (standard "
+            f"error up to {0.5 / math.sqrt(max(facts.n_val, 1)):.0%} for accuracy) exceeds the "
+            "differences between late epochs; the model at the end of the budget is reported",
+        )
+    if facts.task == "classification" and get("train.select", "best_val") == "best_val":
         choose(
             "train.best_ties",
             "lower_loss",

@@ -439,7 +439,16 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
         step, record = run.train_epoch(epoch, history["step"], logger, progress)
         val = run.evaluate("val")
         record.update({f"val_{k}": v for k, v in val.items()})
-        improved = run.better(val, history)
+        stopper = early_stop_update(
+            stopper,
+            val[run.metric],
+            patience=cfg.train.early_stop_patience,
+            mode="max" if run.higher_is_better else "min",
+        )
+        if cfg.train.select == "last":  # the model where training ends is the one reported
+            improved = epoch == cfg.train.epochs or stopper.stop
+        else:
+            improved = run.better(val, history)
         test = run.evaluate("test") if improved or cfg.train.test_every_epoch else None
         if test is not None:
             record.update({f"test_{k}": v for k, v in test.items()})
@@ -460,12 +469,6 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
                 mode="max" if run.higher_is_better else "min",
             )
             run.opt_state = set_lr_scale(run.opt_state, plateau.scale)
-        stopper = early_stop_update(
-            stopper,
-            val[run.metric],
-            patience=cfg.train.early_stop_patience,
-            mode="max" if run.higher_is_better else "min",
-        )
         logger.log_epoch(step, epoch, **record)
         logger.log_histograms(step, *ssm_statistics(eqx.combine(run.params, run.static)))
         history["epochs"].append({"epoch": epoch, **record})
@@ -479,7 +482,11 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
             f"epoch {epoch}: train loss {record['train_loss']:.4f}  val {run.metric} "
             f"{val[run.metric]:.4f}"
             + (f"  test {run.metric} {test[run.metric]:.4f}" if test is not None else "")
-            + ("  (best)" if improved else ""),
+            + (
+                ("  (best)" if cfg.train.select == "best_val" else "  (reported)")
+                if improved
+                else ""
+            ),
             file=out,
         )
         if stopper.stop:
@@ -552,6 +559,7 @@ def _finish(run: _Run, history, out) -> dict[str, Any]:
         "best_epoch": history["best_epoch"],
         "best_val": history["best_val"],
         "test_at_best_val": ours,
+        "select": run.config.train.select,
         "epochs_run": history["epoch"],
         "n_params": run.n_params,
         # Trained on data from one of our generators (ListOps, Pathfinder): the paper's
@@ -563,7 +571,9 @@ def _finish(run: _Run, history, out) -> dict[str, Any]:
     }
     rows = [
         (
-            "test " + run.metric + " at best val",
+            "test "
+            + run.metric
+            + (" at best val" if run.config.train.select == "best_val" else " at last epoch"),
             _in_paper_units(ours, paper),
             None if paper is None else paper.value,
         )
