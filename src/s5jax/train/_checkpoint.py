@@ -201,7 +201,13 @@ class Checkpoints:
         folder = Path(manager.directory)
         steps = sorted(manager.all_steps(), reverse=True)
         if not steps:
-            raise FileNotFoundError(f"no {which!r} checkpoint in {folder}")
+            hint = (
+                " (a run with train.select = 'last' saves it when training ends; "
+                "--checkpoint latest reads the newest)"
+                if which == "best"
+                else ""
+            )
+            raise FileNotFoundError(f"no {which!r} checkpoint in {folder}{hint}")
         problems = []
         for step in steps:
             try:
