@@ -195,6 +195,9 @@ def test_sweep_selects_by_val_and_reports_only_its_test(tmp_path, capsys):
     assert all("test" not in k for r in summary["trials"] for k in r)
     table = (sweepdir / "summary.md").read_text()
     assert "(selected)" in table and table.count("test_accuracy") == 1
+    # 8 val examples: the defaults chose train.select = "last", and the summary says so
+    assert [r["select"] for r in results] == ["last", "last"]
+    assert summary["test_reported_at"] == "last epoch" and "at its last epoch:" in table
     assert (sweepdir / "sweep.png").stat().st_size > 0
     # Rerun: nothing retrained.
     before = _files(sweepdir / "trial-000") | _files(sweepdir / "trial-001")

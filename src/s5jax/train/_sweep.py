@@ -907,9 +907,12 @@ def sweep_summary(space, trials, records, metric: str, select: str | None = None
     selected = None
     if ranked:
         selected = (max if higher else min)(ranked, key=lambda i: rows[i]["best_val"])
-    test = None
+    test, reported_at = None, None
     if selected is not None:
-        test = (records[selected].get("results") or {}).get("test_at_best_val")
+        res = records[selected].get("results") or {}
+        test = res.get("test_at_best_val")
+        # `train.select = "last"` (chosen for small val splits) reports the last epoch
+        reported_at = "last" if res.get("select") == "last" else f"best val_{metric}"
     return {
         "space": space.to_json(),
         "selection": f"best {select} ({'higher' if higher else 'lower'} is better)",
@@ -920,6 +923,7 @@ def sweep_summary(space, trials, records, metric: str, select: str | None = None
         "selected_values": None if selected is None else rows[selected]["values"],
         "test_metric": f"test_{metric}",
         f"test_{metric}_of_selected": test,
+        "test_reported_at": None if reported_at is None else f"{reported_at} epoch",
         "not_finished": [row["trial"] for row in rows if row["status"] != "done"],
     }
 
@@ -948,9 +952,10 @@ def sweep_table(summary: dict[str, Any]) -> str:
     else:
         values = ", ".join(_override(k, v) for k, v in summary["selected_values"].items())
         lines.append(
-            f"Selected: {summary['selected']} ({values}); its {test_key} at its best "
-            f"val_{test_key[5:]} epoch: {_fmt(summary[test_key + '_of_selected'])} (the "
-            "test figure of the other trials is not reported)."
+            f"Selected: {summary['selected']} ({values}); its {test_key} at its "
+            + summary.get("test_reported_at", f"best val_{test_key[5:]} epoch")
+            + f": {_fmt(summary[test_key + '_of_selected'])} (the test figure of the other "
+            "trials is not reported)."
         )
     return "\n".join(lines) + "\n"
 
