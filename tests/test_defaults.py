@@ -107,7 +107,7 @@ def test_rule_values_for_a_long_padded_dataset():
     # PLAID's shape: 428 examples, lengths 100-1344, amplitudes over five decades
     facts = DataFacts(task="classification", per_step=False, tokens=False, n_train=428,
                       seq_len=1344, max_length=1344, min_length=100, padded_fraction=0.76,
-                      channels=1, spread=1.5e5)  # fmt: skip
+                      channels=1, spread=1.5e5, n_val=55)  # fmt: skip
     c = {x.key: x for x in choose_defaults(facts, {})}
     values = {k: v.value for k, v in c.items()}
     assert values == {
@@ -146,13 +146,36 @@ def test_small_val_splits_report_the_last_epoch():
     for n_val in (49, 1):
         assert keys(n_val)["train.select"].value == "last"
     assert keys(8, task="regression")["train.select"].value == "last"
-    # enough val examples, per-step targets (L targets each), or no val split: the paper's rule
-    for chosen in (keys(50), keys(55), keys(None), keys(3, per_step=True, task="regression")):
+    # enough val examples, or per-step targets (L targets each): the paper's rule
+    for chosen in (keys(50), keys(55), keys(3, per_step=True, task="regression")):
         assert "train.select" not in chosen
+    # no val split: nothing to select with
+    assert keys(None)["train.select"].value == "last"
+    assert "no val split" in keys(None)["train.select"].reason
     assert keys(50)["train.best_ties"].value == "lower_loss"
     # the user's choice stands, and then ties are still broken by the val loss
     user = keys(10, user={"train.select": "best_val"})
     assert "train.select" not in user and user["train.best_ties"].value == "lower_loss"
+
+
+def test_tiny_training_sets_train_an_ensemble():
+    def chosen(n_train, per_step=False, task="classification", user=None):
+        facts = DataFacts(task, per_step, False, n_train, 251, 251, 251, 0.0, 1, 1.0, 3)
+        return {x.key: x for x in choose_defaults(facts, user or {})}
+
+    arrowhead = chosen(33)  # ArrowHead's carve: 33 training examples
+    assert arrowhead["model.members"].value == 5
+    assert "33 training examples < 100" in arrowhead["model.members"].reason
+    assert chosen(99, task="regression")["model.members"].value == 5
+    # enough data, a causal model (per-step targets or asked for), or the user's own choice
+    for c in (
+        chosen(100),
+        chosen(30, per_step=True, task="regression"),
+        chosen(30, user={"model.causal": True}),
+        chosen(30, user={"model.bidirectional": False}),
+        chosen(30, user={"model.members": 1}),
+    ):
+        assert "model.members" not in c
 
 
 def _dataset(train_x, other_x, lengths=None, other_lengths=None):

@@ -70,6 +70,7 @@ OBSERVED = {
     "model.precision": "tests/test_precision.py::test_bf16_outputs_and_gradients_stay_close_to_fp32",
     "model.max_vocab_size": "tests/test_run_dirs.py::test_own_data_out_of_bounds_is_refused_before_the_workdir_exists",
     "model.max_classes": "tests/test_run_dirs.py::test_own_data_out_of_bounds_is_refused_before_the_workdir_exists",
+    "model.members": "tests/test_ensemble.py::test_an_ensemble_predicts_the_mean_probability_of_its_members",
     # --- optim
     "optim.ssm_lr": "tests/test_optim.py::test_group_schedules_use_each_groups_base",
     "optim.lr_factor": "tests/test_optim.py::test_group_schedules_use_each_groups_base",

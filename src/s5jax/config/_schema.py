@@ -115,6 +115,11 @@ class ModelConfig:
     `causal = true` marks a model meant for online use (each output from the steps so far):
     it rules out `bidirectional` and example normalisation (`data.normalize = "example"`).
 
+    `members = K` (K ≥ 2) trains a deep ensemble: K models of this config from different
+    initial parameters, each on its own loss, whose probabilities (classification, retrieval)
+    or predictions (regression) are averaged (`s5jax.nn.Ensemble`). K times the compute and
+    parameters; whole sequences only (no online use).
+
     `max_vocab_size` and `max_classes` bound the embedding table and the classification head
     the data may ask for (a stray token id of 2·10⁹ would otherwise allocate hundreds of GB);
     raise them for a genuinely larger vocabulary or label set.
@@ -145,6 +150,7 @@ class ModelConfig:
     pooling: Pooling = "mean"
     head: Head = "classification"
     head_activation: HeadActivation = "tanh"
+    members: int = 1
     timestep_mode: TimestepMode = "irregular"
     remat: Remat = "none"
     scan_method: ScanMethod = "auto"
@@ -155,7 +161,17 @@ class ModelConfig:
     def __post_init__(self) -> None:
         check_fields(self, "model")
         _positive(self, "model", "n_layers", "d_model", "ssm_size", "blocks", "dt_min")
-        _positive(self, "model", "max_vocab_size", "max_classes")
+        _positive(self, "model", "max_vocab_size", "max_classes", "members")
+        _require(
+            self.members == 1 or self.head in ("classification", "retrieval", "regression"),
+            f"model.members = {self.members}: an ensemble averages classification, retrieval "
+            f"or regression outputs, not the {self.head!r} head's; set model.members = 1",
+        )
+        _require(
+            self.members == 1 or not self.causal,
+            f"model.members = {self.members} and model.causal = true: an ensemble runs whole "
+            "sequences only; set model.members = 1 for an online model",
+        )
         _require(
             self.ssm_size % self.blocks == 0,
             f"model.ssm_size = {self.ssm_size} must be divisible by model.blocks = {self.blocks}",
@@ -256,7 +272,9 @@ class DataConfig:
     `dataset` names a dataset of `s5jax.data` (or the user's own prepared data under `root`).
     For a UEA/UCR `NAME_TRAIN.ts` file: `missing` says what to do with missing values
     (`"error"`, `"zero"`, `"ffill"`, `"interpolate"`; see `s5jax.data._uea`), and the val split
-    is `val_fraction` of the training file, stratified by class, drawn with `val_seed`.
+    is `val_fraction` of the training file, stratified by class, drawn with `val_seed`;
+    `val_fraction = 0` carves none (the whole training file trains; the run then reports the
+    model at the end of training, `train.select = "last"`).
     `eval_batch_size = None` means `batch_size`; `seq_len = None` means the dataset's own length
     (when given, it documents and checks the expected length). `n_train`/`n_eval` limit the
     number of examples (generated datasets make that many; read ones are truncated): for smoke
@@ -285,8 +303,9 @@ class DataConfig:
         _positive(self, "data", "batch_size", "eval_batch_size", "seq_len", "n_train", "n_eval")
         _nonnegative(self, "data", "val_seed")
         _require(
-            0 < self.val_fraction < 1,
-            f"data.val_fraction must be between 0 and 1 (exclusive), got {self.val_fraction!r}",
+            0 <= self.val_fraction < 1,
+            "data.val_fraction must be in [0, 1) (0: no val split), got "
+            f"{self.val_fraction!r}",
         )
 
     @property

@@ -70,6 +70,7 @@ from ._prepared import PreparedDataset, Split
 __all__ = [
     "MISSING_CHOICES",
     "TsFile",
+    "announce_val_split",
     "convert_ts",
     "find_train_files",
     "load_ts",
@@ -512,7 +513,7 @@ def load_ts(
     - `path`: the training file (`NAME_TRAIN.ts`).
     - `missing`: what to do with missing values: one of `MISSING_CHOICES` (module docstring).
     - `val_fraction`: share of the training file carved off as the val split (stratified by
-      class), in (0, 1).
+      class), in [0, 1); 0 carves none and the dataset has no val split.
     - `val_seed`: seed of that draw.
     - `name`: dataset name (default: the file name without `_TRAIN.ts`).
     - `announce`: log how the val split was carved (an INFO line of the `s5jax` logger).
@@ -524,8 +525,8 @@ def load_ts(
         raise DatasetError(
             f"data.missing must be one of {', '.join(MISSING_CHOICES)}, got {missing!r}"
         )
-    if not 0 < val_fraction < 1:
-        raise DatasetError(f"data.val_fraction must be between 0 and 1, got {val_fraction!r}")
+    if not 0 <= val_fraction < 1:
+        raise DatasetError(f"data.val_fraction must be in [0, 1), got {val_fraction!r}")
     train_path = Path(path).expanduser()
     test_path = ts_test_path(train_path)
     train = read_ts(train_path)
@@ -587,8 +588,16 @@ def load_ts(
 
     arrays = [_stack(f, v, L, time_unit) for f, v in zip(files, filled, strict=True)]
     padded = any(min(n) < L for n in lengths)
-    val_idx, how = _val_indices(ys[0], task, val_fraction, val_seed)
-    meta["val_split"] = f"val carved from {train_path.name}: {how}"
+    if val_fraction == 0:
+        val_idx = np.zeros(0, np.int64)
+        meta["val_split"] = (
+            f"no val split: all {len(ys[0])} examples of {train_path.name} train "
+            "(data.val_fraction = 0)"
+        )
+    else:
+        val_idx, how = _val_indices(ys[0], task, val_fraction, val_seed)
+        meta["val_split"] = f"val carved from {train_path.name}: {how}"
+        meta["val_carved"] = True  # ours to carve differently (`s5jax.train._defaults`)
     keep = np.setdiff1d(np.arange(len(ys[0])), val_idx)
 
     def split(k: int, rows=None) -> Split:
@@ -600,15 +609,26 @@ def load_ts(
         return Split(x=x, y=y, lengths=n if padded else None, t=t)
 
     dataset_name = name or re.sub(r"_train\.ts$", "", train_path.name, flags=re.IGNORECASE)
-    if announce:
-        log.info("%s: %s", dataset_name, meta["val_split"])
-    return PreparedDataset(
+    splits = {"train": split(0, keep), "val": split(0, val_idx), "test": split(1)}
+    if val_fraction == 0:
+        del splits["val"]
+    dataset = PreparedDataset(
         name=dataset_name,
         task=task,
-        splits={"train": split(0, keep), "val": split(0, val_idx), "test": split(1)},
+        splits=splits,
         n_classes=n_classes,
         meta=meta,
     )
+    if announce:
+        announce_val_split(dataset)
+    return dataset
+
+
+def announce_val_split(dataset: PreparedDataset) -> None:
+    """Log how a `.ts` dataset's val split was made (an INFO line of the `s5jax` logger);
+    nothing for other datasets."""
+    if "val_split" in dataset.meta:
+        log.info("%s: %s", dataset.name, dataset.meta["val_split"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -665,6 +685,11 @@ def convert_ts(
     """
     from ._common import atomic_save_npz
 
+    if val_fraction == 0:
+        raise DatasetError(
+            "data.val_fraction = 0: the .npz format holds a val split; give a fraction in "
+            "(0, 1) to convert, or train on the .ts file directly"
+        )
     options = {"missing": missing, "val_fraction": val_fraction, "val_seed": val_seed}
     files = find_train_files(source)
     names = [re.sub(r"_train\.ts$", "", f.name, flags=re.I) for f in files]

@@ -8,6 +8,7 @@ with BatchNorm).
 from ._dense import Dense
 from ._discrete import DiscreteSSM
 from ._encoders import DenseEncoder, EmbeddingEncoder, PendulumCNN
+from ._ensemble import ENSEMBLE_HEADS, Ensemble, combine_members
 from ._heads import (
     POOLINGS,
     ClassificationHead,
@@ -30,6 +31,7 @@ from ._tags import DEFAULT_GROUPS, ROLES, param_field, parameter_roles
 __all__ = [
     "ACTIVATIONS",
     "DEFAULT_GROUPS",
+    "ENSEMBLE_HEADS",
     "POOLINGS",
     "ROLES",
     "S5SSM",
@@ -39,6 +41,7 @@ __all__ = [
     "DenseEncoder",
     "DiscreteSSM",
     "EmbeddingEncoder",
+    "Ensemble",
     "GaussianHead",
     "LayerNorm",
     "PendulumCNN",
@@ -50,6 +53,7 @@ __all__ = [
     "TiedDropout",
     "accuracy",
     "build_model",
+    "combine_members",
     "count_parameters",
     "gaussian_nll",
     "gaussian_variance",

@@ -18,6 +18,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 from ._dense import check_precision
 from ._discrete import DiscreteSSM
 from ._encoders import DenseEncoder, EmbeddingEncoder, PendulumCNN
+from ._ensemble import ENSEMBLE_HEADS, Ensemble
 from ._heads import ClassificationHead, GaussianHead, RegressionHead, RetrievalHead, pool
 from ._layers import SequenceLayer
 from ._ssm import S5SSM
@@ -274,7 +275,6 @@ class S5Model(eqx.Module):
         o1 = pool(h[1], "masked_mean", lengths[1])
         return self.head(o0, o1), state
 
-
     # --- online use -----------------------------------------------------------------------
 
     def check_online(self) -> None:
@@ -442,18 +442,36 @@ def build_model(
     vocab: int | None = None,
     scan_method: str | None = None,
     dtype=jnp.float32,
-) -> tuple[S5Model, eqx.nn.State]:
+) -> tuple[S5Model | Ensemble, eqx.nn.State]:
     """Build `(model, state)` from a `ModelConfig`; see `S5Model` for the arguments.
+
+    With `cfg.members = K` ≥ 2 (1 when the config has none) the model is an `Ensemble` of K
+    members initialised from `jax.random.split(key, K)`.
 
     `vocab` is the one-hot width for token inputs (False or None otherwise). `scan_method`
     overrides the config's `scan_method` (`"auto"` when the config has none).
     """
     if scan_method is None:
         scan_method = getattr(cfg, "scan_method", "auto")
-    return eqx.nn.make_with_state(S5Model)(
-        cfg, d_input=d_input, n_outputs=n_outputs, vocab=vocab or None,
-        scan_method=scan_method, dtype=dtype, key=key,
-    )  # fmt: skip
+
+    def make(k):
+        return eqx.nn.make_with_state(S5Model)(
+            cfg, d_input=d_input, n_outputs=n_outputs, vocab=vocab or None,
+            scan_method=scan_method, dtype=dtype, key=k,
+        )  # fmt: skip
+
+    members = int(getattr(cfg, "members", 1))
+    if members == 1:
+        return make(key)
+    if members < 1:
+        raise ValueError(f"model.members must be >= 1, got {members}")
+    if cfg.head not in ENSEMBLE_HEADS:
+        raise ValueError(
+            f"model.members = {members}: an ensemble averages {', '.join(ENSEMBLE_HEADS)} "
+            f"outputs, not the {cfg.head!r} head's; set model.members = 1"
+        )
+    model, state = eqx.filter_vmap(make)(jax.random.split(key, members))
+    return Ensemble(model, members, cfg.head), state
 
 
 def _is_parameter(leaf) -> bool:

@@ -106,9 +106,7 @@ DATASETS: dict[str, Callable] = {
 }
 
 #: The folder under `<data root>/prepared/` of each dataset read from disk.
-PREPARED_FOLDERS = {
-    name: name for name in DATASETS if name not in ("synthetic", "pendulum")
-}
+PREPARED_FOLDERS = {name: name for name in DATASETS if name not in ("synthetic", "pendulum")}
 
 
 def is_user_file(name: str) -> bool:
@@ -116,10 +114,11 @@ def is_user_file(name: str) -> bool:
     return name.endswith(".npz") or name.lower().endswith(".ts")
 
 
-def load_user_data(path, data_cfg=None) -> PreparedDataset:
+def load_user_data(path, data_cfg=None, *, announce: bool = True) -> PreparedDataset:
     """A user's own data file: an `.npz` in the documented format, or a UEA/UCR
     `NAME_TRAIN.ts` (read with `NAME_TEST.ts` beside it, with `data_cfg`'s `missing`,
-    `val_fraction` and `val_seed`; defaults without `data_cfg`)."""
+    `val_fraction` and `val_seed`; defaults without `data_cfg`; `announce` logs how the val
+    split was made, `announce_val_split`)."""
     if str(path).lower().endswith(".ts"):
         from ..data._uea import load_ts
 
@@ -127,7 +126,7 @@ def load_user_data(path, data_cfg=None) -> PreparedDataset:
         if data_cfg is not None:
             options = {"missing": data_cfg.missing, "val_fraction": data_cfg.val_fraction,
                        "val_seed": data_cfg.val_seed}  # fmt: skip
-        return load_ts(Path(path), **options)
+        return load_ts(Path(path), **options, announce=announce)
     from ..data._npz import load_user_npz
 
     return load_user_npz(Path(path))

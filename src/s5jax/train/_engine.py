@@ -119,6 +119,7 @@ class _Run:
         self.parallel.check_batch_size(self.eval_batch_size, "data.eval_batch_size")
         self.steps_per_epoch = len(dataset.splits["train"]) // self.batch_size
         self.saved_latest = False  # a `latest` checkpoint exists (for TrainingDiverged's message)
+        self.has_val = "val" in dataset.splits
         if self.steps_per_epoch == 0:
             raise ValueError(
                 f"data.batch_size={self.batch_size} is larger than the training split "
@@ -142,7 +143,7 @@ class _Run:
             opt_state = self.optimizer.init(self.params)
         self.n_params = count_parameters(model)
         self.group_table = format_groups(describe_groups(model, labels))
-        self.steps = make_steps(self.static, self.optimizer, self.head)
+        self.steps = make_steps(self.static, self.optimizer, self.head, members=cfg.model.members)
         self.params = self.parallel.replicate(self.params)
         self.model_state = self.parallel.replicate(state)
         self.opt_state = self.parallel.replicate(opt_state)
@@ -280,6 +281,22 @@ class _Run:
         return value > best if self.higher_is_better else value < best
 
 
+def _check_without_val(config: ExperimentConfig, dataset: PreparedDataset) -> None:
+    """A dataset without a val split trains only where nothing needs val figures."""
+    needs = []
+    if config.train.select == "best_val":
+        needs.append("train.select = 'best_val' (set train.select = last)")
+    if config.train.early_stop_patience:
+        needs.append("train.early_stop_patience (unset it)")
+    if config.optim.reduce_on_plateau:
+        needs.append("optim.reduce_on_plateau (set it to false)")
+    if needs:
+        raise ValueError(
+            f"{dataset.name} has no val split, which {'; '.join(needs)} needs; or give a "
+            "val split (data.val_fraction > 0 for a .ts file)"
+        )
+
+
 def train_and_evaluate(
     config: ExperimentConfig,
     workdir: str | os.PathLike,
@@ -325,6 +342,8 @@ def train_and_evaluate(
             await_announcement(stage)
         dataset = dataset if dataset is not None else load_dataset(config.data)
         run = _Run(config, workdir, dataset, out)
+        if not run.has_val:
+            _check_without_val(config, dataset)
         run.build()
         if owner:
             lock = RunDirLock(workdir).acquire()
@@ -399,7 +418,8 @@ def _own_run(run: _Run, lock, mode: str, progress: bool, out, defaults=None) -> 
     if defaults:
         print("\n".join(defaults["lines"]), file=out)
     print(
-        f"{config.name}: {run.n_params:,} parameters; {run.steps_per_epoch} steps per epoch "
+        f"{config.name}: {run.n_params:,} parameters{_members(config, run.n_params)}; "
+        f"{run.steps_per_epoch} steps per epoch "
         f"on {run.parallel.describe()}",
         file=out,
     )
@@ -437,14 +457,15 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
     stopper = EarlyStopState(**history["stopper"])
     for epoch in range(history["epoch"] + 1, cfg.train.epochs + 1):
         step, record = run.train_epoch(epoch, history["step"], logger, progress)
-        val = run.evaluate("val")
-        record.update({f"val_{k}": v for k, v in val.items()})
-        stopper = early_stop_update(
-            stopper,
-            val[run.metric],
-            patience=cfg.train.early_stop_patience,
-            mode="max" if run.higher_is_better else "min",
-        )
+        val = run.evaluate("val") if run.has_val else None  # no val: select = "last"
+        if val is not None:
+            record.update({f"val_{k}": v for k, v in val.items()})
+            stopper = early_stop_update(
+                stopper,
+                val[run.metric],
+                patience=cfg.train.early_stop_patience,
+                mode="max" if run.higher_is_better else "min",
+            )
         if cfg.train.select == "last":  # the model where training ends is the one reported
             improved = epoch == cfg.train.epochs or stopper.stop
         else:
@@ -454,13 +475,13 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
             record.update({f"test_{k}": v for k, v in test.items()})
         if improved:
             history.update(
-                best_val=val[run.metric],
-                best_val_loss=val["loss"],
+                best_val=None if val is None else val[run.metric],
+                best_val_loss=None if val is None else val["loss"],
                 best_epoch=epoch,
                 test_at_best=test[run.metric],
             )
             record.update(_zero_shot(run))
-        if cfg.optim.reduce_on_plateau:
+        if cfg.optim.reduce_on_plateau and val is not None:
             plateau = plateau_update(
                 plateau,
                 val[run.metric],
@@ -479,8 +500,8 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
             ckpt.save("latest", step, run.train_state(), history)
             run.saved_latest = True
         print(
-            f"epoch {epoch}: train loss {record['train_loss']:.4f}  val {run.metric} "
-            f"{val[run.metric]:.4f}"
+            f"epoch {epoch}: train loss {record['train_loss']:.4f}"
+            + ("" if val is None else f"  val {run.metric} {val[run.metric]:.4f}")
             + (f"  test {run.metric} {test[run.metric]:.4f}" if test is not None else "")
             + (
                 ("  (best)" if cfg.train.select == "best_val" else "  (reported)")
@@ -510,6 +531,11 @@ def _remat_warning(config: ExperimentConfig) -> str | None:
         f"warning: model.remat = {config.model.remat!r} saves little memory on CPU unless JAX "
         f"starts with XLA_FLAGS={_CPU_REMAT_FLAG} (set it before running s5jax)"
     )
+
+
+def _members(config: ExperimentConfig, n_params: int) -> str:
+    k = config.model.members
+    return "" if k == 1 else f" ({k} ensemble members of {n_params // k:,} each)"
 
 
 def _describe_data(dataset: PreparedDataset) -> str:

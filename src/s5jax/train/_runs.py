@@ -13,9 +13,10 @@ from ..config import DataConfig, ExperimentConfig, apply_overrides, load_experim
 from ..config._overrides import parse_override
 from ..data import PreparedDataset, data_root
 from ..data._normalize import normalize_dataset
+from ..data._uea import announce_val_split
 from ._checkpoint import Checkpoints
 from ._datasets import load_dataset, load_user_data
-from ._defaults import choose_defaults, inspect_data
+from ._defaults import choose_defaults, inspect_data, uncarved
 from ._engine import _Run
 
 __all__ = [
@@ -74,7 +75,7 @@ def user_data_config(path: str | os.PathLike, overrides=()) -> tuple[ExperimentC
     return config, dataset
 
 
-def user_data_defaults(path: str | os.PathLike, overrides=()):
+def user_data_defaults(path: str | os.PathLike, overrides=(), *, selects_by_val: bool = False):
     """A default experiment for a user's data file, with every unset setting chosen from the
     training split by the rules of `s5jax.train._defaults` (normalisation, direction and
     norm, timescales, width, batch, budget); `overrides` (`section.key=value`) always win.
@@ -83,14 +84,24 @@ def user_data_defaults(path: str | os.PathLike, overrides=()):
     head. Regression per step: no pooling; per sequence: mean pooling. Token inputs use the
     embedding encoder. 4 layers, pre-norm, half-GLU activation.
 
+    A val split carved from a `.ts` training file that is too small to select with is not
+    carved (`s5jax.train._defaults.uncarved`) unless `selects_by_val` (a sweep, which ranks
+    its trials by their val figure, keeps it).
+
     **Returns:** `(config, dataset, facts, chosen)`: the resolved config, the dataset
     normalised as `config.data.normalize` says, the `DataFacts` measured and the list of
     `Choice`s (key, value, reason) the run prints first and records in run_info.json.
     """
-    raw = load_user_data(path, _data_options(overrides))
     user = dict(parse_override(o) for o in overrides)
+    raw = load_user_data(path, _data_options(overrides), announce=False)
     facts = inspect_data(raw)
-    chosen = choose_defaults(facts, user)
+    first = None if selects_by_val else uncarved(facts, user)
+    if first is not None:
+        options = [*overrides, f"data.val_fraction={first.value}"]
+        raw = load_user_data(path, _data_options(options), announce=False)
+        facts = inspect_data(raw)
+    announce_val_split(raw)
+    chosen = ([] if first is None else [first]) + choose_defaults(facts, user)
     train = raw.splits["train"]
     pooling = "none" if facts.per_step else (
         "masked_mean" if train.lengths is not None else "mean")  # fmt: skip

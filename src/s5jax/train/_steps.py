@@ -18,6 +18,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ..nn import combine_members
+
 __all__ = ["Steps", "make_steps", "per_example_loss"]
 
 # Floor of the Gaussian head's variance in the NLL (reference semantics §4, pendulum).
@@ -48,6 +50,15 @@ def per_example_loss(kind: str, output, y):
     raise ValueError(f"unknown head kind {kind!r}")
 
 
+class _EachMember(eqx.Module):
+    """An `Ensemble` called for its members' stacked outputs (`Ensemble.each`)."""
+
+    ensemble: eqx.Module
+
+    def __call__(self, x, state, **kwargs):
+        return self.ensemble.each(x, state, **kwargs)
+
+
 @dataclass(frozen=True)
 class Steps:
     """The compiled steps of one run."""
@@ -61,16 +72,22 @@ def _masked(values, mask):
     return jnp.sum(values * weights)
 
 
-def make_steps(static, optimizer, head_kind: str) -> Steps:
+def make_steps(static, optimizer, head_kind: str, members: int = 1) -> Steps:
     """Build the jitted steps for a model whose static part is `static`.
 
     Batches are dicts with `x`, `y`, `mask` and optionally `lengths` and `t` (observation times
     turned into per-step Δ multipliers here). Statistics are sums over the real rows together
     with their count, so that epoch averages weigh every example once.
+
+    With `members` K ≥ 2 (an `s5jax.nn.Ensemble`) the training loss is the mean of the members'
+    own losses, so each member follows its own gradient (scaled by 1/K, which Adam undoes);
+    the metric, and everything in evaluation, is the averaged output's.
     """
 
     def forward(params, state, batch, key, inference, step_rescale):
         model = eqx.combine(params, static)
+        if members > 1 and not inference:
+            model = _EachMember(model)
         n = batch["mask"].shape[0]
         keys = jax.random.split(key, n)
         dt = batch.get("dt")
@@ -93,6 +110,15 @@ def make_steps(static, optimizer, head_kind: str) -> Steps:
             in_axes=(0, 0, None if lengths is None else 0, None if dt is None else 0),
             out_axes=(0, None),
         )(batch["x"], keys, lengths, dt)
+        if members > 1 and not inference:  # outputs (B, K, ...): each member's own loss
+            member_losses = jax.vmap(
+                jax.vmap(lambda o, y: per_example_loss(head_kind, o, y)[0], in_axes=(0, None))
+            )(outputs, batch["y"])
+            outputs = jax.vmap(lambda o: combine_members(head_kind, o))(outputs)
+            _, metrics = jax.vmap(lambda o, y: per_example_loss(head_kind, o, y))(
+                outputs, batch["y"]
+            )
+            return jnp.mean(member_losses, axis=1), metrics, new_state
         losses, metrics = jax.vmap(lambda o, y: per_example_loss(head_kind, o, y))(
             outputs, batch["y"]
         )

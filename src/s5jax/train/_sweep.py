@@ -635,7 +635,9 @@ def _trial_config(space: SweepSpace, values: dict[str, Any]):
         from ._defaults import defaults_record
         from ._runs import user_data_defaults
 
-        config, dataset, facts, chosen = user_data_defaults(space.data, overrides)
+        config, dataset, facts, chosen = user_data_defaults(
+            space.data, overrides, selects_by_val=True
+        )
         return config, dataset, defaults_record(facts, chosen)
     return load_experiment(space.base, overrides), None, None
 
