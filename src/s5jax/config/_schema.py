@@ -304,8 +304,7 @@ class DataConfig:
         _nonnegative(self, "data", "val_seed")
         _require(
             0 <= self.val_fraction < 1,
-            "data.val_fraction must be in [0, 1) (0: no val split), got "
-            f"{self.val_fraction!r}",
+            f"data.val_fraction must be in [0, 1) (0: no val split), got {self.val_fraction!r}",
         )
 
     @property
