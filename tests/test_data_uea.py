@@ -299,7 +299,9 @@ def test_train_predict_and_export_of_a_ts_file(tmp_path, capsys):
     config.json (the .ts pair, read with the run's data.missing and val split)."""
     path = gappy_pair(tmp_path)
     run_dir = tmp_path / "run"
-    sets = [*TINY, "train.epochs=1", "data.missing=ffill", "data.val_seed=5"]
+    # a carve of 2 would not be made by the defaults (test below): asked for here
+    sets = [*TINY, "train.epochs=1", "data.missing=ffill", "data.val_seed=5",
+            "data.val_fraction=0.1"]  # fmt: skip
     argv = ["train", "--data", str(path), "--workdir", str(run_dir), "--no-progress",
             *[a for o in sets for a in ("--set", o)]]  # fmt: skip
     assert main(argv) == 0
@@ -321,6 +323,55 @@ def test_train_predict_and_export_of_a_ts_file(tmp_path, capsys):
     pytest.importorskip("flatbuffers")
     assert main(["export", str(run_dir), "--out", str(tmp_path / "exp")]) == 0
     assert (tmp_path / "exp" / "forward.jax").is_file()
+
+
+def test_a_val_carve_too_small_to_select_with_is_not_made(tmp_path, capsys):
+    """16 examples: a 10% carve holds 2, too few to select with; the defaults train on all 16
+    and report the last epoch, and eval/predict reload the same uncarved data. A sweep ranks
+    trials by val, so it keeps the carve; so does a setting that needs val figures."""
+    path = gappy_pair(tmp_path)
+    run_dir = tmp_path / "run"
+    sets = [*TINY, "train.epochs=2", "data.missing=ffill"]
+    argv = ["train", "--data", str(path), "--workdir", str(run_dir), "--no-progress",
+            *[a for o in sets for a in ("--set", o)]]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "Gap: no val split: all 16 examples of Gap_TRAIN.ts train" in err
+    assert "data.val_fraction = 0.0 (the carve would hold 2 val examples < 50" in err
+    assert "train.select = 'last' (no val split" in err
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["best_val"] is None and results["select"] == "last"
+    assert results["best_epoch"] == results["epochs_run"] == 2
+    assert json.loads((run_dir / "config.json").read_text())["data"]["val_fraction"] == 0.0
+    run = load_run(run_dir)
+    assert (
+        sorted(run.dataset.splits) == ["test", "train"] and len(run.dataset.splits["train"]) == 16
+    )
+    assert run.evaluate("test")["accuracy"] == pytest.approx(results["test_at_best_val"])
+    from s5jax.train._runs import user_data_defaults
+
+    def n_val(overrides, **kw):
+        dataset = user_data_defaults(path, [*TINY, "data.missing=ffill", *overrides], **kw)[1]
+        return len(dataset.splits["val"]) if "val" in dataset.splits else None
+
+    assert n_val([]) is None
+    assert n_val([], selects_by_val=True) == 2
+    assert n_val(["train.select=best_val"]) == n_val(["train.early_stop_patience=3"]) == 2
+    assert n_val(["data.val_fraction=0.25"]) == 4
+    # without a val split, a setting that needs one is a one-line error naming it
+    argv = ["train", "--data", str(path), "--workdir", str(tmp_path / "r2"), "--no-progress",
+            "--set", "data.missing=ffill", "--set", "data.val_fraction=0",
+            "--set", "train.select=best_val"]  # fmt: skip
+    capsys.readouterr()
+    assert main(argv) == 2
+    info, err = capsys.readouterr().err.strip().splitlines()  # how the data was read; the error
+    assert (
+        info
+        == "s5jax: Gap: no val split: all 16 examples of Gap_TRAIN.ts train (data.val_fraction = 0)"
+    )
+    assert err.startswith("s5jax train: error: Gap has no val split, but train.select = ")
+    assert "needs one: set train.select = last, or give a val split" in err
+    assert not (tmp_path / "r2").exists()
 
 
 def test_prepare_uea_writes_npz_that_load_user_npz_reads_the_same(tmp_path, monkeypatch, capsys):

@@ -339,7 +339,9 @@ def uncarved(facts: DataFacts, user: dict[str, Any]) -> Choice | None:
         or facts.n_val is None
         or facts.n_val >= VAL_SELECT_MIN
         or "data.val_fraction" in user
-        or user.get("train.select", "last") != "last"
+        or user.get("train.select", "last") != "last"  # the user's settings that need val
+        or user.get("train.early_stop_patience")
+        or user.get("optim.reduce_on_plateau")
     ):
         return None
     total = facts.n_train + facts.n_val

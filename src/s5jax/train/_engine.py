@@ -285,15 +285,16 @@ def _check_without_val(config: ExperimentConfig, dataset: PreparedDataset) -> No
     """A dataset without a val split trains only where nothing needs val figures."""
     needs = []
     if config.train.select == "best_val":
-        needs.append("train.select = 'best_val' (set train.select = last)")
+        needs.append(("train.select = 'best_val'", "set train.select = last"))
     if config.train.early_stop_patience:
-        needs.append("train.early_stop_patience (unset it)")
+        needs.append(("train.early_stop_patience", "unset train.early_stop_patience"))
     if config.optim.reduce_on_plateau:
-        needs.append("optim.reduce_on_plateau (set it to false)")
+        needs.append(("optim.reduce_on_plateau", "set optim.reduce_on_plateau = false"))
     if needs:
         raise ValueError(
-            f"{dataset.name} has no val split, which {'; '.join(needs)} needs; or give a "
-            "val split (data.val_fraction > 0 for a .ts file)"
+            f"{dataset.name} has no val split, but {' and '.join(n for n, _ in needs)} "
+            f"need{'s' if len(needs) == 1 else ''} one: {' and '.join(f for _, f in needs)}, "
+            "or give a val split (data.val_fraction > 0 for a .ts file)"
         )
 
 
