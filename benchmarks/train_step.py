@@ -16,17 +16,27 @@ Timing (`_common.time_interleaved`): both steps compiled and called once, then c
 call of the same step returned (as a training loop does). Medians; ratio = baseline median /
 ours median, from the same run.
 
+`--ceiling` also times our step with every SSM replaced by its feed-through (y = D ⊙ u; the
+rest of the model unchanged): the time of everything both models share, so baseline / that is
+the largest ratio any SSM, however fast, could give (`ceiling` in the JSON and the table).
+
+`--methods auto,fused,chunked` times our step once per SSM method (`model.scan_method`; default
+`auto`, what `s5jax train` runs) in the same interleaved run, each against the same baseline:
+the columns `ours_ms`/`ratio` are the first method's, `methods` in the JSON has every one.
+
 Batch and length: the paper's where they fit this machine's memory and time, else smaller, the
 same for both (`--batch N` and `--length N` cap every config; `--paper` uses the paper's
 shapes everywhere). The JSON and the table record the shapes used and the paper's.
 
     .venv/bin/python benchmarks/train_step.py [--configs listops,text,...] [--repeats N]
-        [--batch N] [--length N] [--paper]
+        [--batch N] [--length N] [--paper] [--methods auto,fused,...] [--ceiling]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import os
 import time
 
@@ -37,7 +47,9 @@ import jax.numpy as jnp
 from _common import device_info, print_table, time_interleaved, write_json
 
 from s5jax.config import load_experiment
-from s5jax.nn import build_model
+from s5jax.core import SCAN_METHODS
+from s5jax.core._ssm import resolve_ssm_method
+from s5jax.nn import S5SSM, build_model
 from s5jax.train._optim import build_optimizer
 from s5jax.train._steps import make_steps
 
@@ -113,26 +125,58 @@ def random_batch(task: str, s: dict, key) -> dict:
     return batch
 
 
-def build(task: str, s: dict):
-    """`{name: zero-argument callable}` for ours and the baseline, and the compile seconds."""
-    cfg = load_experiment(task)
+def _ours(cfg, s: dict, batch: dict, key, method: str):
+    """Our jitted step (the one `s5jax train` runs) for `model.scan_method = method`, as a
+    zero-argument callable that feeds each call the state the previous one returned."""
+    model_cfg = dataclasses.replace(cfg.model, scan_method=method)
     model, state = build_model(
-        cfg.model, d_input=s.get("d_input", s.get("vocab")), n_outputs=s["n_outputs"],
+        model_cfg, d_input=s.get("d_input", s.get("vocab")), n_outputs=s["n_outputs"],
         vocab=s.get("vocab"), key=jax.random.PRNGKey(0),
     )  # fmt: skip
-    spec, bparams, bstats = base.from_ours(model, state)
-    # Copies: our step donates its buffers, which `from_ours` would otherwise share.
-    bparams, bstats = jax.tree_util.tree_map(jnp.copy, (bparams, bstats))
-    batch = random_batch(task, s, jax.random.PRNGKey(1))
-    key = jax.random.PRNGKey(2)
-
-    head = cfg.model.head
     optimizer, _ = build_optimizer(cfg.optim, model, steps_per_epoch=100, epochs=cfg.train.epochs)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     with jax.numpy_dtype_promotion("standard"):
         opt_state = optimizer.init(params)
-    ours_step = make_steps(static, optimizer, head).train
+    ours_step = make_steps(static, optimizer, cfg.model.head).train
     ours = {"carry": (params, state, opt_state)}
+
+    def run_ours():
+        p, st, o, stats = ours_step(*ours["carry"], batch, key)
+        ours["carry"] = (p, st, o)
+        return stats["loss"]
+
+    return run_ours, model, state
+
+
+NO_SSM = "ours[no SSM]"
+
+
+@contextlib.contextmanager
+def _feed_through_only():
+    """While tracing: every S5SSM computes only y = D ⊙ u (for `--ceiling`)."""
+    original = S5SSM.__call__
+    S5SSM.__call__ = lambda self, u, **kwargs: u.astype(self.D.dtype) * self.D
+    try:
+        yield
+    finally:
+        S5SSM.__call__ = original
+
+
+def build(task: str, s: dict, methods=("auto",), ceiling=False):
+    """`{name: zero-argument callable}` for ours (`"ours"`, or `"ours[<method>]"` per SSM
+    method when several) and the baseline, and the compile seconds."""
+    cfg = load_experiment(task)
+    batch = random_batch(task, s, jax.random.PRNGKey(1))
+    key = jax.random.PRNGKey(2)
+    fns = {}
+    for method in methods:
+        name = "ours" if len(methods) == 1 else f"ours[{method}]"
+        fns[name], model, state = _ours(cfg, s, batch, key, method)
+    if ceiling:
+        fns[NO_SSM], _, _ = _ours(cfg, s, batch, key, methods[0])
+    spec, bparams, bstats = base.from_ours(model, state)
+    # Copies: our step donates its buffers, which `from_ours` would otherwise share.
+    bparams, bstats = jax.tree_util.tree_map(jnp.copy, (bparams, bstats))
 
     lr = cfg.optim.ssm_lr * cfg.optim.lr_factor
     b_opt = base.make_optimizer(
@@ -142,22 +186,19 @@ def build(task: str, s: dict):
     b_batch = base.model_inputs(spec, batch)
     theirs = {"carry": (bparams, bstats, b_opt.init(bparams))}
 
-    def run_ours():
-        p, st, o, stats = ours_step(*ours["carry"], batch, key)
-        ours["carry"] = (p, st, o)
-        return stats["loss"]
-
     def run_base():
         p, st, o, loss = b_step(*theirs["carry"], b_batch, key)
         theirs["carry"] = (p, st, o)
         return loss
 
+    fns["baseline"] = run_base
     compile_s = {}
-    for name, fn in (("ours", run_ours), ("baseline", run_base)):
+    for name, fn in fns.items():
         t0 = time.perf_counter()
-        jax.block_until_ready(fn())  # compile + first call
+        with _feed_through_only() if name == NO_SSM else contextlib.nullcontext():
+            jax.block_until_ready(fn())  # compile (traced here) + first call
         compile_s[name] = time.perf_counter() - t0
-    return {"ours": run_ours, "baseline": run_base}, compile_s
+    return fns, compile_s
 
 
 def main() -> None:
@@ -167,6 +208,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None, help="cap on every config's batch")
     parser.add_argument("--length", type=int, default=None, help="cap on every sequence length")
     parser.add_argument("--paper", action="store_true", help="the paper's batch and length")
+    parser.add_argument(
+        "--methods", default="auto", help="SSM methods of ours (model.scan_method), comma-separated"
+    )
+    parser.add_argument(
+        "--ceiling", action="store_true", help="also time ours without the SSM (y = D u)"
+    )
     parser.add_argument("--out", default="train-step", help="results/<OUT>-<cpu|gpu>.json")
     args = parser.parse_args()
     tasks = [t.strip() for t in args.configs.split(",") if t.strip()]
@@ -175,6 +222,10 @@ def main() -> None:
             parser.error(f"--configs: {t!r} is not one of {', '.join(TASKS)}")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    known = ("auto", "fused", *SCAN_METHODS)
+    if not methods or any(m not in known for m in methods):
+        parser.error(f"--methods: each must be one of {', '.join(known)}, got {args.methods!r}")
     info = device_info()
     print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | jax {info['jax']}")
 
@@ -183,17 +234,30 @@ def main() -> None:
         s = shapes(task, args.batch, args.length, args.paper)
         print(f"{task}: batch {s['batch']} (paper {s['paper_batch']}), L {s['L']} "
               f"(paper {s['paper_L']})", flush=True)  # fmt: skip
-        fns, compile_s = build(task, s)
+        fns, compile_s = build(task, s, methods, args.ceiling)
         times = time_interleaved(fns, repeats=args.repeats, warmup=0)
-        o, b = times["ours"]["median_s"], times["baseline"]["median_s"]
+        b = times["baseline"]["median_s"]
+        per_method = {}
+        for m in methods:
+            o = times["ours" if len(methods) == 1 else f"ours[{m}]"]["median_s"]
+            per_method[m] = {"ours_ms": o * 1e3, "ratio": b / o}
+            print(f"  ours ({m}) {o * 1e3:.0f} ms, baseline {b * 1e3:.0f} ms: {b / o:.2f}x",
+                  flush=True)  # fmt: skip
         row = {"task": task, "batch": s["batch"], "L": s["L"], "P": s["P_full"],
-               "ours_ms": o * 1e3, "base_ms": b * 1e3, "ratio": b / o}  # fmt: skip
+               "ours_ms": per_method[methods[0]]["ours_ms"], "base_ms": b * 1e3,
+               "ratio": per_method[methods[0]]["ratio"]}  # fmt: skip
+        if args.ceiling:
+            n = times[NO_SSM]["median_s"]
+            row["no_ssm_ms"], row["ceiling"] = n * 1e3, b / n
+            print(f"  ours without the SSM {n * 1e3:.0f} ms: ceiling {b / n:.2f}x", flush=True)
         rows.append(row)
-        print(f"  ours {o * 1e3:.0f} ms, baseline {b * 1e3:.0f} ms: {b / o:.2f}x", flush=True)
-        results.append({"shapes": s, "timings": times, "first_call_s": compile_s, **row})
+        results.append({"shapes": s, "timings": times, "first_call_s": compile_s,
+                        "methods": per_method, **row})  # fmt: skip
         del fns
         path = write_json(args.out, {
             "benchmark": "train_step", "device": info, "repeats": args.repeats,
+            "methods": methods, "ceiling": args.ceiling,
+            "auto_on_this_backend": resolve_ssm_method("auto"),
             "load_average_1_5_15": os.getloadavg(),
             "protocol": "interleaved (ours, baseline, ...), medians; ratio = baseline / ours",
             "shape_caps": {"batch": args.batch, "length": args.length, "paper": args.paper,
@@ -202,11 +266,14 @@ def main() -> None:
         })  # fmt: skip  # after every config: a partial run keeps what it measured
 
     print()
-    print_table(rows, [
+    columns = [
         ("task", "config", "s"), ("batch", "batch", "d"), ("L", "L", "d"), ("P", "P", "d"),
         ("ours_ms", "ours ms", ".0f"), ("base_ms", "baseline ms", ".0f"),
         ("ratio", "base/ours", ".2f"),
-    ])  # fmt: skip
+    ]  # fmt: skip
+    if args.ceiling:
+        columns += [("no_ssm_ms", "no-SSM ms", ".0f"), ("ceiling", "ceiling", ".2f")]
+    print_table(rows, columns)
     print(f"wrote {path}")
 
 

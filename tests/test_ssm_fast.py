@@ -1,4 +1,4 @@
-"""The fused SSM path (`method="fused"`, what `"auto"` picks on CPU) against the scan path.
+"""The fused SSM path (`method="fused"`) against the scan path.
 
 The fused path computes B̃u, the recurrences and C̃x blockwise in real (re, im) planes with its
 own VJP and its own batching rule (`s5jax.core._ssm`). Every test compares it with the
@@ -41,8 +41,8 @@ def _close(a, b, tol=1e-11):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
 
 
-def test_auto_is_fused_on_cpu_and_methods_are_validated():
-    expected = "fused" if jax.default_backend() == "cpu" else "parallel"
+def test_auto_is_chunked_on_cpu_and_methods_are_validated():
+    expected = "chunked" if jax.default_backend() == "cpu" else "parallel"
     assert _ssm.resolve_ssm_method("auto") == expected
     assert _ssm.resolve_ssm_method("fused") == "fused"
     assert _ssm.resolve_ssm_method("sequential") == "sequential"

@@ -41,17 +41,27 @@ __all__ = [
 ]
 
 
-def resolve_ssm_method(method: str) -> str:
-    """Validate an SSM `method` and map `"auto"`: `"fused"` on CPU, the backend's scan
-    (`"parallel"`) elsewhere. Other names pass through (`"fused"` or a scan method).
+AUTO_CPU = "chunked"
+"""What `"auto"` picks on CPU. Measured on the 2-core AMD EPYC (AVX2), jax 0.10.2 (scripts
+and figures in `benchmarks/README.md`, "auto on CPU"): the whole training step of
+`benchmarks/train_step.py` was faster with `"chunked"` than with `"fused"` on every config
+tried (ListOps 575 vs 718 ms, Pathfinder 339 vs 443 ms, sMNIST 99 vs 126 ms), and one
+bidirectional S5SSM's forward + backward (batch 8, L 2048, H 128) at every P from 16 to 256.
+`"fused"` stays available by name."""
 
-    `"fused"` (and so `"auto"` on CPU) falls back to the scan `resolve_scan_method("auto")`
-    where it does not apply: `resets`, per-step `dt`, or an L without a block size.
+
+def resolve_ssm_method(method: str) -> str:
+    """Validate an SSM `method` and map `"auto"`: `AUTO_CPU` (`"chunked"`) on CPU, the
+    backend's scan (`"parallel"`) elsewhere. Other names pass through (`"fused"` or a scan
+    method).
+
+    `"fused"` falls back to the scan `resolve_scan_method("auto")` where it does not apply:
+    `resets`, per-step `dt`, or an L without a block size.
     """
     if method == "fused":
         return method
     if method == "auto" and jax.default_backend() == "cpu":
-        return "fused"
+        return AUTO_CPU
     if method != "auto" and method not in SCAN_METHODS:
         raise ValueError(
             f"scan method must be 'auto', 'fused' or one of {sorted(SCAN_METHODS)}, got {method!r}"
@@ -86,10 +96,10 @@ def apply_ssm(
     - `initial_state`: forward state before u_0 (unidirectional only); zeros if `None`.
     - `resets`: (L,) booleans marking where a new episode starts; neither direction carries
       state across such a boundary.
-    - `method`: `"auto"` (fused on CPU, parallel scan elsewhere), `"fused"` (blockwise real
-      matrix products and recurrences, reverse-mode differentiable only; falls back to the
-      backend's scan with `resets` or an L without a block size) or a scan method of
-      `linear_recurrence` (`"sequential"`, `"parallel"`, `"chunked"`, …).
+    - `method`: `"auto"` (the chunked scan on CPU, the parallel scan elsewhere), `"fused"`
+      (blockwise real matrix products and recurrences, reverse-mode differentiable only;
+      falls back to the backend's scan with `resets` or an L without a block size) or a scan
+      method of `linear_recurrence` (`"sequential"`, `"parallel"`, `"chunked"`, …).
     - `return_state`: also return the final forward state.
 
     **Returns:** y of shape (L, H), real; with `return_state`, `(y, final_state)`.
@@ -366,7 +376,7 @@ def _check_c_d(C, D, P, H, *, bidirectional) -> None:
 
 # --- the fused path: B̃u, the recurrences and C̃x blockwise, in real planes ---------------------
 #
-# `method="fused"` (and `"auto"` on CPU) computes the same y as the scan path, for a
+# `method="fused"` computes the same y as the scan path, for a
 # time-invariant Λ̄, without complex arrays and without (L, P) intermediates in memory:
 #
 # - planes: a complex vector z (P,) is held as a real (2, P) array [Re z; Im z], so
