@@ -42,12 +42,13 @@ __all__ = [
 
 
 AUTO_CPU = "chunked"
-"""What `"auto"` picks on CPU. Measured on the 2-core AMD EPYC (AVX2), jax 0.10.2 (scripts
-and figures in `benchmarks/README.md`, "auto on CPU"): the whole training step of
-`benchmarks/train_step.py` was faster with `"chunked"` than with `"fused"` on every config
-tried (ListOps 575 vs 718 ms, Pathfinder 339 vs 443 ms, sMNIST 99 vs 126 ms), and one
-bidirectional S5SSM's forward + backward (batch 8, L 2048, H 128) at every P from 16 to 256.
-`"fused"` stays available by name."""
+"""What `"auto"` picks on CPU. Measured on the 2-core AMD EPYC (AVX2), jax 0.10.2, one
+interleaved run of `benchmarks/train_step.py --methods auto,fused --ceiling` (2026-11-26;
+`docs/results.md`): the whole training step was faster with `"chunked"` than with `"fused"`
+on 9 of the 11 paper configs (e.g. ListOps 534 vs 663 ms, Speech 328 vs 644 ms), slower on
+Retrieval (1,882 vs 1,557 ms; 1,829 vs 1,744 ms in a 5-round rerun) and the pendulum (252 vs
+239 ms, where per-step Δ makes `"fused"` run the sequential scan). `"fused"` stays available
+by name."""
 
 
 def resolve_ssm_method(method: str) -> str:
