@@ -50,6 +50,54 @@ def test_auto_is_chunked_on_cpu_and_methods_are_validated():
         _ssm.resolve_ssm_method("fast")
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU rule of 'auto'")
+def test_auto_is_fused_on_cpu_for_long_sequences():
+    limit = _ssm.AUTO_CPU_FUSED_ABOVE
+    assert _ssm.resolve_ssm_method("auto", states=limit) == "chunked"
+    assert _ssm.resolve_ssm_method("auto", states=limit + 1) == "fused"
+    assert _ssm.resolve_ssm_method("sequential", states=limit + 1) == "sequential"
+    # The paper's Path-X (L 16,384, 128 states each way) is fused; its Speech (L 16,000,
+    # 64 each way) and Retrieval (L 4,000, 128 each way) stay chunked.
+    assert _ssm.resolve_ssm_method("auto", states=16384 * 128 * 2) == "fused"
+    assert _ssm.resolve_ssm_method("auto", states=16000 * 64 * 2) == "chunked"
+    assert _ssm.resolve_ssm_method("auto", states=4000 * 128 * 2) == "chunked"
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU rule of 'auto'")
+@pytest.mark.parametrize("bidir", [False, True])
+def test_apply_ssm_auto_counts_states_per_sequence(x64, monkeypatch, getkey, bidir):
+    # L 12, 4 stored states, ×2 bidirectional: the threshold is crossed at 48 (96) states.
+    Lambda_bar, B_bar, C, D = _system(getkey(), bidirectional=bidir)
+    P = Lambda_bar.shape[0]
+    u = jax.random.normal(getkey(), (12, 3), jnp.float64)
+    states = 12 * P * (2 if bidir else 1)
+    calls = []
+    fused = _ssm._apply_fused
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(_ssm, "_apply_fused", spy)
+    want = core.apply_ssm(Lambda_bar, B_bar, C, D, u, bidirectional=bidir, method="sequential")
+    for limit, used_fused in ((states, False), (states - 1, True)):
+        monkeypatch.setattr(_ssm, "AUTO_CPU_FUSED_ABOVE", limit)
+        calls.clear()
+        got = jax.grad(
+            lambda v: jnp.sum(core.apply_ssm(Lambda_bar, B_bar, C, D, v, bidirectional=bidir) ** 2)
+        )(u)
+        y = core.apply_ssm(Lambda_bar, B_bar, C, D, u, bidirectional=bidir)
+        assert bool(calls) == used_fused
+        _close(y, want)
+        ref = jax.grad(
+            lambda v: jnp.sum(
+                core.apply_ssm(Lambda_bar, B_bar, C, D, v, bidirectional=bidir,
+                               method="sequential") ** 2
+            )
+        )(u)  # fmt: skip
+        _close(got, ref)
+
+
 CASES = list(itertools.product([True, False], [True, False], [1, 7, 24], [False, True]))
 
 

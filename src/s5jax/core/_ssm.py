@@ -14,7 +14,8 @@ Re(C̃x) = x_re C_reᵀ − x_im C_imᵀ): cheaper than complex matmuls and free
 Two ways to compute y (the `method` argument): a scan method of `linear_recurrence`
 (`"sequential"`, `"parallel"`, `"chunked"`, …) on complex (L, P) arrays, or `"fused"`: B̃u, the
 recurrences and C̃x blockwise in real (re, im) planes with its own VJP (below). `"auto"` is
-`"fused"` on CPU where it applies, else the backend's scan (see `resolve_ssm_method`).
+`"chunked"` on CPU, `"fused"` there for long sequences (`AUTO_CPU_FUSED_ABOVE`), and the
+backend's scan elsewhere (see `resolve_ssm_method`).
 """
 
 from __future__ import annotations
@@ -42,26 +43,43 @@ __all__ = [
 
 
 AUTO_CPU = "chunked"
-"""What `"auto"` picks on CPU. Measured on the 2-core AMD EPYC (AVX2), jax 0.10.2, one
-interleaved run of `benchmarks/train_step.py --methods auto,fused --ceiling` (2026-11-26;
-`docs/results.md`): the whole training step was faster with `"chunked"` than with `"fused"`
-on 9 of the 11 paper configs (e.g. ListOps 534 vs 663 ms, Speech 328 vs 644 ms), slower on
-Retrieval (1,882 vs 1,557 ms; 1,829 vs 1,744 ms in a 5-round rerun) and the pendulum (252 vs
-239 ms, where per-step Δ makes `"fused"` run the sequential scan). `"fused"` stays available
-by name."""
+"""What `"auto"` picks on CPU for sequences up to `AUTO_CPU_FUSED_ABOVE` stored states.
+Measured on the 2-core AMD EPYC (AVX2), jax 0.10.2, one interleaved run of
+`benchmarks/train_step.py --methods auto,fused --ceiling` (2026-11-26; `docs/results.md`):
+the whole training step was faster with `"chunked"` than with `"fused"` on 9 of the 11
+paper configs (e.g. ListOps 534 vs 663 ms, Speech 328 vs 644 ms), slower on Retrieval
+(1,882 vs 1,557 ms; 1,829 vs 1,744 ms in a 5-round rerun) and the pendulum (252 vs 239 ms,
+where per-step Δ makes both run the sequential scan). `"fused"` stays available by name."""
+
+AUTO_CPU_FUSED_ABOVE = 2**21
+"""Above this many stored states per sequence (L × P, × 2 when bidirectional), `"auto"` on
+CPU picks `"fused"`. The chunked scan's backward pass holds about seven complex (L, P) arrays
+per sequence where the fused path holds about one (one bidirectional layer, batch 32,
+L 16,384, P 128: 3.5 GiB of compiled scratch against 0.5 GiB), and its speed advantage
+shrinks as sequences grow. Measured on the 2-core AMD EPYC, 2026-11-26, at the paper's
+lengths: Path-X (L 16,384, 2 × 128 states: 4.2 M) needs 25.1 GiB of training-step scratch
+chunked at the paper's batch 32, more than a 24 GiB host, against 12.9 GiB fused, and at
+batch 4 a step took 7,757 ms chunked, 7,594 ms fused; Speech (L 16,000, 2 × 64: 2.05 M,
+kept chunked) 3,592 ms chunked, 3,855 ms fused at batch 4 (`benchmarks/train_step.py
+--configs pathx,speech --paper --batch 4 --methods chunked,fused`; memory:
+`benchmarks/train_step_memory.py`)."""
 
 
-def resolve_ssm_method(method: str) -> str:
-    """Validate an SSM `method` and map `"auto"`: `AUTO_CPU` (`"chunked"`) on CPU, the
-    backend's scan (`"parallel"`) elsewhere. Other names pass through (`"fused"` or a scan
-    method).
+def resolve_ssm_method(method: str, *, states: int | None = None) -> str:
+    """Validate an SSM `method` and map `"auto"`: on CPU `AUTO_CPU` (`"chunked"`), or
+    `"fused"` when `states` (L × P × directions of one sequence) exceeds
+    `AUTO_CPU_FUSED_ABOVE`; the backend's scan (`"parallel"`) elsewhere. Other names pass
+    through (`"fused"` or a scan method).
 
-    `"fused"` falls back to the scan `resolve_scan_method("auto")` where it does not apply:
-    `resets`, per-step `dt`, or an L without a block size.
+    `"fused"` falls back to what `"auto"` picks otherwise (`"chunked"` on CPU) where it does
+    not apply: `resets` or an L without a block size. With per-step `dt` (a per-step Λ̄)
+    `"auto"` and `"fused"` run the backend's scan (`"sequential"` on CPU).
     """
     if method == "fused":
         return method
     if method == "auto" and jax.default_backend() == "cpu":
+        if states is not None and states > AUTO_CPU_FUSED_ABOVE:
+            return "fused"
         return AUTO_CPU
     if method != "auto" and method not in SCAN_METHODS:
         raise ValueError(
@@ -97,10 +115,13 @@ def apply_ssm(
     - `initial_state`: forward state before u_0 (unidirectional only); zeros if `None`.
     - `resets`: (L,) booleans marking where a new episode starts; neither direction carries
       state across such a boundary.
-    - `method`: `"auto"` (the chunked scan on CPU, the parallel scan elsewhere), `"fused"`
-      (blockwise real matrix products and recurrences, reverse-mode differentiable only;
-      falls back to the backend's scan with `resets` or an L without a block size) or a scan
-      method of `linear_recurrence` (`"sequential"`, `"parallel"`, `"chunked"`, …).
+    - `method`: `"auto"` (on CPU the chunked scan, or `"fused"` above
+      `AUTO_CPU_FUSED_ABOVE` states L × P × directions; the parallel scan elsewhere),
+      `"fused"` (blockwise real matrix products and recurrences, reverse-mode
+      differentiable only; falls back to `"auto"`'s scan with `resets` or an L without a
+      block size) or a scan method of `linear_recurrence` (`"sequential"`, `"parallel"`,
+      `"chunked"`, …). With per-step `dt` (`apply_ssm_continuous`), `"auto"` and `"fused"`
+      run the backend's scan (`"sequential"` on CPU).
     - `return_state`: also return the final forward state.
 
     **Returns:** y of shape (L, H), real; with `return_state`, `(y, final_state)`.
@@ -120,7 +141,8 @@ def _apply(
     state and y stay in that dtype (complex64 / float32)."""
     Lambda_bar, B_bar, u = jnp.asarray(Lambda_bar), jnp.asarray(B_bar), jnp.asarray(u)
     _check_lambda_b(Lambda_bar, B_bar, u)
-    method = resolve_ssm_method(method)
+    directions = 2 if bidirectional else 1
+    method = resolve_ssm_method(method, states=u.shape[0] * Lambda_bar.shape[0] * directions)
     if method == "fused":
         if _fused_supported(u.shape[0], resets):
             _check_c_d(jnp.asarray(C_tilde), jnp.asarray(D), Lambda_bar.shape[0], u.shape[1],
@@ -131,7 +153,7 @@ def _apply(
                 bidirectional=bidirectional, initial_state=initial_state,
                 return_state=return_state, matmul_dtype=matmul_dtype,
             )  # fmt: skip
-        method = resolve_scan_method("auto")
+        method = resolve_ssm_method("auto")
     Bu = _complex_matvecs(u, B_bar, matmul_dtype)
     return _ssm_from_elements(
         Lambda_bar, Bu, Lambda_bar, Bu, C_tilde, D, u,

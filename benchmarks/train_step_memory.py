@@ -1,0 +1,135 @@
+"""Compiled memory of our whole training step per SSM method, at the paper's shapes.
+
+For each config (`s5jax.config.load_experiment(task)`) and each `--methods` entry
+(`model.scan_method`): the step `s5jax train` runs (`s5jax.train._steps.make_steps`, built as
+in `train_step.py`) is lowered for the task's input shapes (the paper's batch and length
+unless `--batch` / `--length` cap them) and compiled, nothing run, and XLA's
+`memory_analysis()` is recorded: `temp` (scratch: the saved activations and the backward
+pass's temporaries), `args` (parameters, BatchNorm state, optimiser state, batch) and
+`temp + args`, the step's footprint. Also recorded per config: the stored states of one
+sequence in one layer (L × P × directions, P the stored complex states per direction) and
+what `"auto"` resolves to for it on this backend (`s5jax.core.resolve_ssm_method`).
+
+Why: on CPU `"auto"` picks `"chunked"` for speed but `"fused"` above
+`s5jax.core._ssm.AUTO_CPU_FUSED_ABOVE` stored states per sequence, for memory; this script
+is the measurement behind that threshold. Compiling the paper's Path-X step takes about a
+minute per method on 2 cores and needs no more memory than the compiler's.
+
+    .venv/bin/python benchmarks/train_step_memory.py [--configs pathx,speech,...]
+        [--methods chunked,fused,auto] [--batch N] [--length N]
+
+Results: `results/train-step-memory-<cpu|gpu>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import equinox as eqx
+import jax
+from _common import device_info, print_table, write_json
+from train_step import TASKS, random_batch, shapes
+
+from s5jax.config import load_experiment
+from s5jax.core import SCAN_METHODS
+from s5jax.core._ssm import AUTO_CPU_FUSED_ABOVE, resolve_ssm_method
+from s5jax.nn import S5SSM, build_model
+from s5jax.train._optim import build_optimizer
+from s5jax.train._steps import make_steps
+
+GIB = 2**30
+
+
+def stored_states(model) -> int:
+    """L-independent part of the stored states: P × directions of the first S5 layer."""
+    ssms = [
+        leaf
+        for leaf in jax.tree_util.tree_leaves(model, is_leaf=lambda x: isinstance(x, S5SSM))
+        if isinstance(leaf, S5SSM)
+    ]
+    if not ssms:
+        raise ValueError("the model has no S5SSM layer")
+    return ssms[0].P * (2 if ssms[0].bidirectional else 1)
+
+
+def compiled_memory(task: str, s: dict, method: str) -> tuple[dict, int]:
+    """`memory_analysis()` of our compiled training step, and P × directions."""
+    cfg = load_experiment(task)
+    model_cfg = dataclasses.replace(cfg.model, scan_method=method)
+    model, state = build_model(
+        model_cfg, d_input=s.get("d_input", s.get("vocab")), n_outputs=s["n_outputs"],
+        vocab=s.get("vocab"), key=jax.random.PRNGKey(0),
+    )  # fmt: skip
+    optimizer, _ = build_optimizer(cfg.optim, model, steps_per_epoch=100, epochs=cfg.train.epochs)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    with jax.numpy_dtype_promotion("standard"):
+        opt_state = jax.eval_shape(optimizer.init, params)
+    batch = jax.eval_shape(lambda: random_batch(task, s, jax.random.PRNGKey(1)))
+    step = make_steps(static, optimizer, cfg.model.head).train
+    compiled = step.lower(params, state, opt_state, batch, jax.random.PRNGKey(2)).compile()
+    stats = compiled.memory_analysis()
+    temp, args = stats.temp_size_in_bytes, stats.argument_size_in_bytes
+    out = {"temp_bytes": temp, "args_bytes": args, "temp_plus_args_bytes": temp + args}
+    return out, stored_states(model)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--configs", default=",".join(TASKS))
+    parser.add_argument("--methods", default="chunked,fused,auto")
+    parser.add_argument("--batch", type=int, default=None, help="cap on every config's batch")
+    parser.add_argument("--length", type=int, default=None, help="cap on every sequence length")
+    parser.add_argument("--out", default="train-step-memory", help="results/<OUT>-<cpu|gpu>.json")
+    args = parser.parse_args()
+    tasks = [t.strip() for t in args.configs.split(",") if t.strip()]
+    for t in tasks:
+        if t not in TASKS:
+            parser.error(f"--configs: {t!r} is not one of {', '.join(TASKS)}")
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    known = ("auto", "fused", *SCAN_METHODS)
+    if not methods or any(m not in known for m in methods):
+        parser.error(f"--methods: each must be one of {', '.join(known)}, got {args.methods!r}")
+    info = device_info()
+    print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | jax {info['jax']}")
+
+    results, rows = [], []
+    for task in tasks:
+        s = shapes(task, args.batch, args.length, paper=True)
+        per_method, per_sequence = {}, None
+        for m in methods:
+            t0 = time.perf_counter()
+            mem, p_dirs = compiled_memory(task, s, m)
+            mem["compile_s"] = time.perf_counter() - t0
+            per_method[m] = mem
+            per_sequence = s["L"] * p_dirs
+            print(f"{task} (batch {s['batch']}, L {s['L']}) {m}: temp "
+                  f"{mem['temp_bytes'] / GIB:.2f} GiB, args {mem['args_bytes'] / GIB:.2f} GiB",
+                  flush=True)  # fmt: skip
+        auto = resolve_ssm_method("auto", states=per_sequence)
+        row = {"task": task, "batch": s["batch"], "L": s["L"], "states": per_sequence,
+               "auto": auto}  # fmt: skip
+        for m in methods:
+            row[f"{m}_gib"] = per_method[m]["temp_plus_args_bytes"] / GIB
+        rows.append(row)
+        results.append({"shapes": s, "stored_states_per_sequence": per_sequence,
+                        "auto_resolves_to": auto, "methods": per_method})  # fmt: skip
+        path = write_json(args.out, {
+            "benchmark": "train_step_memory", "device": info, "methods": methods,
+            "auto_cpu_fused_above": AUTO_CPU_FUSED_ABOVE,
+            "protocol": "compiled only (nothing run); XLA memory_analysis() of the train step",
+            "shape_caps": {"batch": args.batch, "length": args.length},
+            "results": results, "rows": rows,
+        })  # fmt: skip  # after every config: a partial run keeps what it measured
+
+    print()
+    columns = [("task", "config", "s"), ("batch", "batch", "d"), ("L", "L", "d"),
+               ("states", "L·P·dirs", ",d"), ("auto", "auto", "s")]  # fmt: skip
+    columns += [(f"{m}_gib", f"{m} GiB", ".2f") for m in methods]
+    print_table(rows, columns)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
