@@ -6,8 +6,8 @@ conjugate symmetry), J = 8 HiPPO-N blocks, bidirectional, L = 4096, batch 8.
 A "layer" here is u + GELU(S5SSM(u)) (residual, no normalisation, no dropout), for ours and
 for the baseline alike; the stack is 6 such layers. Ours is timed with each way
 `s5jax.core.apply_ssm` can compute an SSM on CPU: the `"sequential"` and `"chunked"` scans on
-complex arrays, and `"fused"` (blockwise real matrix products and recurrences, what `"auto"`
-picks on CPU).
+complex arrays (`"chunked"` is what `"auto"` picks on CPU at these shapes), and `"fused"`
+(blockwise real matrix products and recurrences, `"auto"`'s pick until 2026-11-26).
 
 BASELINE: written below the way the paper's App. A listing computes a layer: ZOH
 discretisation, Λ̄ repeated L times, B̄u by `jax.vmap(lambda u: B_bar @ u)` (complex matmul),
@@ -32,13 +32,15 @@ B·L rows in one product) in the same run, times the number of layers. Per layer
 nine, each B·L·H·2P multiply-adds: forward B̄u = u W_B (BL×H · H×2P) and C̃x of each direction
 (BL×2P · 2P×H); backward ∂x of each direction (BL×H · H×2P), ∂W_C of each direction and ∂W_B
 (H×BL · BL×2P) and ∂u (BL×2P · 2P×H). The floor is 3× each of the three product shapes'
-medians. Reported: fused stack / floor (1.0 would be a stack made of nothing but those
-products; the recurrences, GELU and the rest are the excess). With `--precision bf16` the
-stack uses `S5SSM(precision="bf16")` (bfloat16 product operands, float32 accumulation) and its
-floor is the same products on bfloat16 operands; both precisions are timed when `bf16` is
-requested, each against its own floor and against the float32 floor. `--block T` sets
+medians. Reported: stack / floor for the fused stack and the chunked one
+(`--efficiency-methods`; both make the same nine products, so the floor is theirs alike; 1.0
+would be a stack made of nothing but those products; the recurrences, GELU and the rest are
+the excess). With `--precision bf16` the stacks use `S5SSM(precision="bf16")` (bfloat16
+product operands, float32 accumulation) and their floor is the same products on bfloat16
+operands; both precisions are timed when `bf16` is requested, each against its own floor
+and against the float32 floor. `--block T` sets
 `core._ssm.FUSED_BLOCK` (steps per block of the fused path) before anything is traced.
-`--efficiency` times only the fused stacks and the floors (no baseline, no other methods).
+`--efficiency` times only those stacks and the floors (no baseline, no other methods).
 
     .venv/bin/python benchmarks/layer.py [--quick] [--timing blocked|interleaved]
 """
@@ -198,21 +200,23 @@ def components(ssm: nn.S5SSM, method):
     }
 
 
-def time_efficiency(args, u, timed, key, fused_fp32=None):
-    """Fused stack(s) and GEMM floors, timed in one call of `timed`; returns (rows, timings)."""
+def time_efficiency(args, u, timed, key, fp32_stacks=None):
+    """The stacks of `args.efficiency_methods` and the GEMM floors, timed in one call of
+    `timed`; returns (rows, timings, floors). `fp32_stacks`: already built float32 stacks by
+    method, reused."""
     batch, L, H = u.shape
     P_full, J = 256, 8
     precisions = ("fp32", "bf16") if args.precision == "bf16" else ("fp32",)
+    methods = args.efficiency_methods
     fns = {}
     for prec in precisions:
-        stack = (
-            fused_fp32
-            if (prec == "fp32" and fused_fp32 is not None)
-            else make_ours(args.layers, H, P_full, J, "fused", key, precision=prec)
-        )
-        fns[f"fused {prec}/{args.layers} layers"] = functools.partial(
-            eqx.filter_jit(ours_step), stack, u
-        )
+        for m in methods:
+            stack = (fp32_stacks or {}).get(m) if prec == "fp32" else None
+            if stack is None:
+                stack = make_ours(args.layers, H, P_full, J, m, key, precision=prec)
+            fns[f"{m} {prec}/{args.layers} layers"] = functools.partial(
+                eqx.filter_jit(ours_step), stack, u
+            )
         dtype = jnp.bfloat16 if prec == "bf16" else jnp.float32
         fns |= {f"floor {prec}: {k}": f for k, f in gemm_floor_fns(
             batch, L, H, P_full // 2, dtype).items()}  # fmt: skip
@@ -224,15 +228,16 @@ def time_efficiency(args, u, timed, key, fused_fp32=None):
     }  # fmt: skip
     rows = []
     for prec in precisions:
-        t = times[f"fused {prec}/{args.layers} layers"]["median_s"]
-        rows.append({"what": f"fused {prec}, {args.layers} layers", "ms": t * 1e3,
-                     "floor_ms": floors[prec] * 1e3, "efficiency": t / floors[prec],
-                     "vs_fp32_floor": t / floors["fp32"]})  # fmt: skip
+        for m in methods:
+            t = times[f"{m} {prec}/{args.layers} layers"]["median_s"]
+            rows.append({"what": f"{m} {prec}, {args.layers} layers", "method": m, "ms": t * 1e3,
+                         "floor_ms": floors[prec] * 1e3, "efficiency": t / floors[prec],
+                         "vs_fp32_floor": t / floors["fp32"]})  # fmt: skip
     return rows, times, floors
 
 
 def print_efficiency(rows):
-    print("efficiency: fused stack fwd+bwd / GEMM floor (its nine products per layer alone)")
+    print("efficiency: stack fwd+bwd / GEMM floor (its nine products per layer alone)")
     print_table(rows, [("what", "stack", "s"), ("ms", "median ms", ".1f"),
                        ("floor_ms", "floor ms", ".1f"), ("efficiency", "stack / floor", ".2f"),
                        ("vs_fp32_floor", "/ fp32 floor", ".2f")])  # fmt: skip
@@ -262,6 +267,7 @@ def efficiency_only(args):
         "per_round": args.per_round if args.timing == "blocked" else None,
         "block": _ssm._block_size(L), "layers": args.layers,
         "shapes": {"H": H, "P_stored": 128, "L": L, "batch": batch},
+        "efficiency_methods": list(args.efficiency_methods),
         "floor_s": floors, "rows": rows, "timings": times,
     })  # fmt: skip
     print(f"wrote {path}")
@@ -302,13 +308,25 @@ def main():
         "--precision",
         choices=("fp32", "bf16"),
         default="fp32",
-        help="bf16: also time the fused stack with S5SSM(precision='bf16') and its floor",
+        help="bf16: also time the stacks with S5SSM(precision='bf16') and their floor",
     )
     parser.add_argument("--block", type=int, default=None, help="fused path's FUSED_BLOCK")
     parser.add_argument(
-        "--efficiency", action="store_true", help="only the fused stacks and the GEMM floors"
+        "--efficiency",
+        action="store_true",
+        help="only the stacks of --efficiency-methods and the GEMM floors",
     )
+    parser.add_argument(
+        "--efficiency-methods", default="fused,chunked",
+        help="SSM methods whose stack is set against the GEMM floor, comma-separated",
+    )  # fmt: skip
     args = parser.parse_args()
+    args.efficiency_methods = tuple(
+        m.strip() for m in args.efficiency_methods.split(",") if m.strip()
+    )
+    known = ("fused", *core.SCAN_METHODS)
+    if not args.efficiency_methods or any(m not in known for m in args.efficiency_methods):
+        parser.error(f"--efficiency-methods: each must be one of {', '.join(known)}")
     if args.block is not None:
         if args.block < 4:
             parser.error("--block must be at least 4")
@@ -363,9 +381,7 @@ def main():
         f"ours-{m}/{args.layers} layers": functools.partial(step_ours, ours[m], u) for m in methods
     }
     times = timed(fns)
-    eff_rows, eff_times, floors = time_efficiency(
-        args, u, timed, key, fused_fp32=ours["fused"] if "fused" in ours else None
-    )
+    eff_rows, eff_times, floors = time_efficiency(args, u, timed, key, fp32_stacks=ours)
 
     # Breakdown of one layer (the first), timed separately with the same protocol.
     first = ours["sequential"].layers[0]
@@ -419,7 +435,8 @@ def main():
         "stack_speedup_vs_baseline": ratio, "stack_best_method": best,
         "rows": rows, "timings": times, "breakdown": part_times,
         "efficiency": {"rows": eff_rows, "floor_s": floors, "timings": eff_times,
-                       "block": _ssm._block_size(L), "cpu_flags_bf16": _bf16_flags()},
+                       "block": _ssm._block_size(L), "cpu_flags_bf16": _bf16_flags(),
+                       "methods": list(args.efficiency_methods)},
     })  # fmt: skip
     print(f"wrote {path}")
 
