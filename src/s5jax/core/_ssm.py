@@ -29,7 +29,7 @@ from jax.custom_batching import custom_vmap
 from jaxtyping import Array, Bool, Complex, Float
 
 from ._discretize import discretize, get_coefficients
-from ._scan import SCAN_METHODS, linear_recurrence, resolve_scan_method
+from ._scan import CHUNK_SIZE, SCAN_METHODS, chunked_planes, linear_recurrence, resolve_scan_method
 
 __all__ = [
     "FUSED_BLOCK",
@@ -154,6 +154,11 @@ def _apply(
                 return_state=return_state, matmul_dtype=matmul_dtype,
             )  # fmt: skip
         method = resolve_ssm_method("auto")
+    if method == "chunked" and resets is None and u.shape[0] <= CHUNK_SIZE:
+        return _ssm_planes(
+            Lambda_bar, B_bar, C_tilde, D, u, conj_sym=conj_sym, bidirectional=bidirectional,
+            initial_state=initial_state, return_state=return_state, matmul_dtype=matmul_dtype,
+        )  # fmt: skip
     Bu = _complex_matvecs(u, B_bar, matmul_dtype)
     return _ssm_from_elements(
         Lambda_bar, Bu, Lambda_bar, Bu, C_tilde, D, u,
@@ -329,25 +334,66 @@ def _ssm_from_elements(
     return (y, final) if return_state else y
 
 
-def _complex_matvecs(u, M, matmul_dtype=None):
-    """M u_k for every row u_k of real `u` (L, H) and complex `M` (P, H): complex (L, P)."""
+def _ssm_planes(
+    Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional, initial_state, return_state,
+    matmul_dtype=None,
+):  # fmt: skip
+    """`_ssm_from_elements` for the `"chunked"` scan with a time-invariant Λ̄ and no resets,
+    on real planes (`_scan.chunked_planes`): B̄u, the recurrences and C̃x without packing
+    into or unpacking from complex (L, P) arrays. The same numbers as the complex path."""
+    C_tilde, D = jnp.asarray(C_tilde), jnp.asarray(D)
+    H, P = u.shape[1], Lambda_bar.shape[0]
+    _check_c_d(C_tilde, D, P, H, bidirectional=bidirectional)
+    _check_initial_state(initial_state, bidirectional)
+    a_re, a_im = Lambda_bar.real, Lambda_bar.imag
+    b_re, b_im = _matvec_planes(u, B_bar, matmul_dtype)
+    f_re, f_im = b_re, b_im
+    if initial_state is not None:  # fold x_init into the first input: b_0 + Λ̄ x_init
+        x0 = jnp.asarray(initial_state, Lambda_bar.dtype)
+        first = Lambda_bar * x0
+        f_re, f_im = b_re.at[0].add(first.real), b_im.at[0].add(first.imag)
+    x_re, x_im = chunked_planes(a_re, a_im, f_re, f_im, False)
+    y = _project_planes(x_re, x_im, C_tilde[:, :P], matmul_dtype)
+    if bidirectional:
+        z_re, z_im = chunked_planes(a_re, a_im, b_re, b_im, True)
+        y = y + _project_planes(z_re, z_im, C_tilde[:, P:], matmul_dtype)
+    if matmul_dtype is not None:  # the feed-through in the state's real dtype
+        u = u.astype(y.dtype)
+    y = _scale(y, conj_sym) + D[None, :] * u
+    if return_state:
+        return y, jax.lax.complex(x_re[-1], x_im[-1])
+    return y
+
+
+def _matvec_planes(u, M, matmul_dtype=None):
+    """(Re, Im) of M u_k for every row u_k of real `u` (L, H) and complex `M` (P, H): two
+    real (L, P) arrays."""
     if matmul_dtype is not None:
         acc = M.real.dtype
-        return jax.lax.complex(
-            _matmul(u, M.real.T, matmul_dtype, acc), _matmul(u, M.imag.T, matmul_dtype, acc)
-        )
+        return _matmul(u, M.real.T, matmul_dtype, acc), _matmul(u, M.imag.T, matmul_dtype, acc)
     real = u.astype(M.real.dtype)
-    return jax.lax.complex(real @ M.real.T, real @ M.imag.T)
+    return real @ M.real.T, real @ M.imag.T
+
+
+def _complex_matvecs(u, M, matmul_dtype=None):
+    """M u_k for every row u_k of real `u` (L, H) and complex `M` (P, H): complex (L, P)."""
+    return jax.lax.complex(*_matvec_planes(u, M, matmul_dtype))
+
+
+def _project_planes(x_re, x_im, C, matmul_dtype=None):
+    """Re(C x_k) for every row of x = `x_re` + i `x_im` (L, P) and complex `C` (H, P): real
+    (L, H)."""
+    if matmul_dtype is not None:
+        acc = x_re.dtype
+        return _matmul(x_re, C.real.T, matmul_dtype, acc) - _matmul(
+            x_im, C.imag.T, matmul_dtype, acc
+        )
+    return x_re @ C.real.T - x_im @ C.imag.T
 
 
 def _project(xs, C, matmul_dtype=None):
     """Re(C x_k) for every row of complex `xs` (L, P) and complex `C` (H, P): real (L, H)."""
-    if matmul_dtype is not None:
-        acc = xs.real.dtype
-        return _matmul(xs.real, C.real.T, matmul_dtype, acc) - _matmul(
-            xs.imag, C.imag.T, matmul_dtype, acc
-        )
-    return xs.real @ C.real.T - xs.imag @ C.imag.T
+    return _project_planes(xs.real, xs.imag, C, matmul_dtype)
 
 
 def _matmul(a, b, matmul_dtype, acc_dtype):
