@@ -1,5 +1,6 @@
 """The chunked scan on real planes (`_scan.chunked_planes`, used by `apply_ssm(method="chunked")`
-for a time-invariant Λ̄ without resets) against the scan on complex arrays.
+for a time-invariant Λ̄ without resets, from `PLANES_MIN_P` states up) against the scan on
+complex arrays.
 
 Two views that must agree: the planes path (its own VJP, real arithmetic) and the sequential
 scan on complex arrays differentiated by JAX, in float64, values and gradients with respect to
@@ -81,6 +82,7 @@ def test_apply_ssm_chunked_equals_sequential(
     u = jax.random.normal(getkey(), (2, 13, 3), jnp.float64)
     w = jax.random.normal(getkey(), (2, 13, 3), jnp.float64)
     x0 = _complex(getkey(), (P,)) if with_x0 else None
+    monkeypatch.setattr(_ssm, "PLANES_MIN_P", P)
     calls = []
     planes = _ssm._ssm_planes
     monkeypatch.setattr(_ssm, "_ssm_planes", lambda *a, **k: calls.append(1) or planes(*a, **k))
@@ -110,8 +112,9 @@ def test_apply_ssm_chunked_equals_sequential(
     _close(got, want)
 
 
-def test_bf16_products_match_the_complex_path(getkey):
+def test_bf16_products_match_the_complex_path(monkeypatch, getkey):
     # The same casts on both paths: bfloat16 operands, float32 accumulation, float32 states.
+    monkeypatch.setattr(_ssm, "PLANES_MIN_P", 1)
     Lambda_bar, B_bar, C, D = _system(getkey(), True, True, dtype=jnp.float32)
     u = jax.random.normal(getkey(), (64, 3), jnp.float32)
 
@@ -124,8 +127,10 @@ def test_bf16_products_match_the_complex_path(getkey):
     np.testing.assert_allclose(run("chunked"), run("sequential"), rtol=2e-5, atol=2e-5)
 
 
-def test_resets_and_long_sequences_take_the_complex_path(x64, monkeypatch, getkey):
+def test_resets_long_sequences_and_small_p_take_the_complex_path(x64, monkeypatch, getkey):
     Lambda_bar, B_bar, C, D = _system(getkey(), True, True)
+    P = Lambda_bar.shape[0]
+    monkeypatch.setattr(_ssm, "PLANES_MIN_P", P)
     u = jax.random.normal(getkey(), (12, 3), jnp.float64)
     resets = jnp.zeros(12, bool).at[5].set(True)
     calls = []
@@ -146,3 +151,7 @@ def test_resets_and_long_sequences_take_the_complex_path(x64, monkeypatch, getke
     monkeypatch.setattr(_ssm, "CHUNK_SIZE", 12)
     _close(core.apply_ssm(Lambda_bar, B_bar, C, D, u, bidirectional=True, method="chunked"), want)
     assert calls
+    calls.clear()
+    monkeypatch.setattr(_ssm, "PLANES_MIN_P", P + 1)
+    _close(core.apply_ssm(Lambda_bar, B_bar, C, D, u, bidirectional=True, method="chunked"), want)
+    assert not calls

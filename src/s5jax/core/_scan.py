@@ -10,7 +10,9 @@ Three ways to compute the same states:
   from their entry states, reading b and writing x in place in strided slices: no transposed
   copy of b or x (the sequential scan under `jax.vmap` makes two) and no L×P copy of a.
   Gradient by a custom VJP (the adjoint recurrence, same kernel); no forward-mode `jax.jvp`.
-  Work O(LP).
+  Work O(LP). `chunked_planes` is its one-chunk, time-invariant case on (Re, Im) planes,
+  which `apply_ssm` uses at P ≥ 128 so that an S5 layer's real products need no complex
+  packing.
 - `"pallas"` (opt-in, never chosen by `"auto"`): a fused Pallas kernel written for the
   Triton (GPU) backend, in `_pallas.py`: one program per block of lanes walks time in
   unrolled chunks with the state in registers; gradient by a custom VJP running the same
@@ -225,7 +227,8 @@ def chunked_planes(a_re, a_im, b_re, b_im, reverse=False):
     method="chunked")` for L ≤ `CHUNK_SIZE`, without packing B̄u into a complex array or
     unpacking x for C̃x (an S5 layer's products are real, `s5jax.core._ssm`): on the 2-core
     AMD EPYC, one bidirectional layer's forward+backward (batch 8, L 4096, H 128, P 128)
-    took 364 ms against 422 ms on complex arrays (2026-11-26, medians of 5 interleaved).
+    took 364 ms against 422 ms on complex arrays (2026-11-26, medians of 5 interleaved), but
+    it is slower at small P (`s5jax.core._ssm.PLANES_MIN_P`).
     Gradient by a custom VJP: the adjoint recurrence λ_k = g_k + conj(a) λ_{k±1} by the same
     loop, b̄ = λ, ā = Σ_k conj(x_{k∓1}) λ_k in planes; no forward-mode `jax.jvp`.
     """

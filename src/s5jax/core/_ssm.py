@@ -65,6 +65,17 @@ kept chunked) 3,592 ms chunked, 3,855 ms fused at batch 4 (`benchmarks/train_ste
 `benchmarks/train_step_memory.py`)."""
 
 
+PLANES_MIN_P = 128
+"""`"chunked"` with a time-invariant Λ̄, no resets and L ≤ `CHUNK_SIZE` runs on real
+(Re, Im) planes (`_scan.chunked_planes`) from this many stored states per direction up, on
+complex arrays below. One bidirectional layer's forward+backward on the 2-core AMD EPYC
+(2026-11-26, medians of 7 interleaved, complex / planes ms): P 8: 55.6 / 62.5, P 16:
+62.5 / 74.5, P 32: 76.0 / 90.4, P 64: 113.3 / 111.6 (batch 8, L 2048, H 128); P 96: 242.9 /
+234.9 (batch 4, L 4096, H 256); P 128: 216.7 / 189.9 (batch 8, L 2048), 57.5 / 58.7 (batch
+4, L 1024, H 192), 105.2 / 96.3 (batch 2, L 4000); P 192: 180.4 / 165.3 (batch 4, L 1024,
+H 512)."""
+
+
 def resolve_ssm_method(method: str, *, states: int | None = None) -> str:
     """Validate an SSM `method` and map `"auto"`: on CPU `AUTO_CPU` (`"chunked"`), or
     `"fused"` when `states` (L × P × directions of one sequence) exceeds
@@ -154,7 +165,8 @@ def _apply(
                 return_state=return_state, matmul_dtype=matmul_dtype,
             )  # fmt: skip
         method = resolve_ssm_method("auto")
-    if method == "chunked" and resets is None and u.shape[0] <= CHUNK_SIZE:
+    planes = resets is None and u.shape[0] <= CHUNK_SIZE and Lambda_bar.shape[0] >= PLANES_MIN_P
+    if method == "chunked" and planes:
         return _ssm_planes(
             Lambda_bar, B_bar, C_tilde, D, u, conj_sym=conj_sym, bidirectional=bidirectional,
             initial_state=initial_state, return_state=return_state, matmul_dtype=matmul_dtype,
@@ -338,9 +350,10 @@ def _ssm_planes(
     Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional, initial_state, return_state,
     matmul_dtype=None,
 ):  # fmt: skip
-    """`_ssm_from_elements` for the `"chunked"` scan with a time-invariant Λ̄ and no resets,
-    on real planes (`_scan.chunked_planes`): B̄u, the recurrences and C̃x without packing
-    into or unpacking from complex (L, P) arrays. The same numbers as the complex path."""
+    """`_ssm_from_elements` for the `"chunked"` scan with a time-invariant Λ̄, no resets and
+    at least `PLANES_MIN_P` states, on real planes (`_scan.chunked_planes`): B̄u, the
+    recurrences and C̃x without packing into or unpacking from complex (L, P) arrays. The
+    same numbers as the complex path."""
     C_tilde, D = jnp.asarray(C_tilde), jnp.asarray(D)
     H, P = u.shape[1], Lambda_bar.shape[0]
     _check_c_d(C_tilde, D, P, H, bidirectional=bidirectional)
