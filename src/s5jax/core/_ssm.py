@@ -57,8 +57,8 @@ CPU picks `"fused"`. The chunked scan's backward pass holds about seven complex 
 per sequence where the fused path holds about one (one bidirectional layer, batch 32,
 L 16,384, P 128: 3.5 GiB of compiled scratch against 0.5 GiB), and its speed advantage
 shrinks as sequences grow. Measured on the 2-core AMD EPYC, 2026-11-26, at the paper's
-lengths: Path-X (L 16,384, 2 × 128 states: 4.2 M) needs 25.1 GiB of training-step scratch
-chunked at the paper's batch 32, more than a 24 GiB host, against 12.9 GiB fused, and at
+lengths: Path-X (L 16,384, 2 × 128 states: 4.2 M) needs 24.5 GiB of training-step scratch
+chunked at the paper's batch 32, more than a 24 GiB host, against 12.6 GiB fused, and at
 batch 4 a step took 7,757 ms chunked, 7,594 ms fused; Speech (L 16,000, 2 × 64: 2.05 M,
 kept chunked) 3,592 ms chunked, 3,855 ms fused at batch 4 (`benchmarks/train_step.py
 --configs pathx,speech --paper --batch 4 --methods chunked,fused`; memory:
