@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from _common import device_info, print_table, time_interleaved, write_json
 
 from s5jax.config import load_experiment
-from s5jax.core import SCAN_METHODS
+from s5jax.core import SCAN_METHODS, resolve_scan_method
 from s5jax.core._ssm import resolve_ssm_method
 from s5jax.nn import S5SSM, build_model
 from s5jax.train._optim import build_optimizer
@@ -243,9 +243,13 @@ def main() -> None:
             per_method[m] = {"ours_ms": o * 1e3, "ratio": b / o}
             print(f"  ours ({m}) {o * 1e3:.0f} ms, baseline {b * 1e3:.0f} ms: {b / o:.2f}x",
                   flush=True)  # fmt: skip
+        m_cfg = load_experiment(task).model
+        states = s["L"] * m_cfg.state_size * (2 if m_cfg.bidirectional else 1)
         row = {"task": task, "batch": s["batch"], "L": s["L"], "P": s["P_full"],
                "ours_ms": per_method[methods[0]]["ours_ms"], "base_ms": b * 1e3,
-               "ratio": per_method[methods[0]]["ratio"]}  # fmt: skip
+               "ratio": per_method[methods[0]]["ratio"],
+               "auto_resolves_to": resolve_scan_method("auto") if task == "pendulum"
+               else resolve_ssm_method("auto", states=states)}  # fmt: skip  # per-step Δ: a scan
         if args.ceiling:
             n = times[NO_SSM]["median_s"]
             row["no_ssm_ms"], row["ceiling"] = n * 1e3, b / n
@@ -257,7 +261,7 @@ def main() -> None:
         path = write_json(args.out, {
             "benchmark": "train_step", "device": info, "repeats": args.repeats,
             "methods": methods, "ceiling": args.ceiling,
-            "auto_on_this_backend": resolve_ssm_method("auto"),
+            "auto_on_this_backend": resolve_ssm_method("auto"),  # per row: auto_resolves_to
             "load_average_1_5_15": os.getloadavg(),
             "protocol": "interleaved (ours, baseline, ...), medians; ratio = baseline / ours",
             "shape_caps": {"batch": args.batch, "length": args.length, "paper": args.paper,
