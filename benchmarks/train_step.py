@@ -125,9 +125,10 @@ def random_batch(task: str, s: dict, key) -> dict:
     return batch
 
 
-def _ours(cfg, s: dict, batch: dict, key, method: str):
-    """Our jitted step (the one `s5jax train` runs) for `model.scan_method = method`, as a
-    zero-argument callable that feeds each call the state the previous one returned."""
+def build_ours(cfg, s: dict, method: str, init=None):
+    """Our model for `model.scan_method = method` and the jitted step `s5jax train` runs:
+    `(model, step, (params, state, opt_state))`. `init` makes the optimiser state from
+    `(optimizer.init, params)` (default: calls it; `jax.eval_shape` for shapes only)."""
     model_cfg = dataclasses.replace(cfg.model, scan_method=method)
     model, state = build_model(
         model_cfg, d_input=s.get("d_input", s.get("vocab")), n_outputs=s["n_outputs"],
@@ -136,9 +137,41 @@ def _ours(cfg, s: dict, batch: dict, key, method: str):
     optimizer, _ = build_optimizer(cfg.optim, model, steps_per_epoch=100, epochs=cfg.train.epochs)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     with jax.numpy_dtype_promotion("standard"):
-        opt_state = optimizer.init(params)
-    ours_step = make_steps(static, optimizer, cfg.model.head).train
-    ours = {"carry": (params, state, opt_state)}
+        opt_state = (init or (lambda f, p: f(p)))(optimizer.init, params)
+    step = make_steps(static, optimizer, cfg.model.head).train
+    return model, step, (params, state, opt_state)
+
+
+def auto_method(task: str, s: dict) -> tuple[str, int]:
+    """What `scan_method = "auto"` runs for `task` at shapes `s` on this backend, and the
+    stored states of one sequence in one layer (L × P × directions). The pendulum's per-step
+    Δ runs the backend's scan whatever the length."""
+    m = load_experiment(task).model
+    states = s["L"] * m.state_size * (2 if m.bidirectional else 1)
+    if task == "pendulum":
+        return resolve_scan_method("auto"), states
+    return resolve_ssm_method("auto", states=states), states
+
+
+def parse_configs_and_methods(parser, args) -> tuple[list[str], tuple[str, ...]]:
+    """`--configs` and `--methods` as lists, each name checked (`parser.error` otherwise)."""
+    tasks = [t.strip() for t in args.configs.split(",") if t.strip()]
+    for t in tasks:
+        if t not in TASKS:
+            parser.error(f"--configs: {t!r} is not one of {', '.join(TASKS)}")
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    known = ("auto", "fused", *SCAN_METHODS)
+    if not methods or any(m not in known for m in methods):
+        parser.error(f"--methods: each must be one of {', '.join(known)}, got {args.methods!r}")
+    return tasks, methods
+
+
+def _ours(cfg, s: dict, batch: dict, key, method: str):
+    """Our jitted step (the one `s5jax train` runs) for `model.scan_method = method`, as a
+    zero-argument callable that feeds each call the state the previous one returned."""
+    model, ours_step, carry = build_ours(cfg, s, method)
+    state = carry[1]
+    ours = {"carry": carry}
 
     def run_ours():
         p, st, o, stats = ours_step(*ours["carry"], batch, key)
@@ -216,16 +249,9 @@ def main() -> None:
     )
     parser.add_argument("--out", default="train-step", help="results/<OUT>-<cpu|gpu>.json")
     args = parser.parse_args()
-    tasks = [t.strip() for t in args.configs.split(",") if t.strip()]
-    for t in tasks:
-        if t not in TASKS:
-            parser.error(f"--configs: {t!r} is not one of {', '.join(TASKS)}")
+    tasks, methods = parse_configs_and_methods(parser, args)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    known = ("auto", "fused", *SCAN_METHODS)
-    if not methods or any(m not in known for m in methods):
-        parser.error(f"--methods: each must be one of {', '.join(known)}, got {args.methods!r}")
     info = device_info()
     print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | jax {info['jax']}")
 
@@ -243,13 +269,10 @@ def main() -> None:
             per_method[m] = {"ours_ms": o * 1e3, "ratio": b / o}
             print(f"  ours ({m}) {o * 1e3:.0f} ms, baseline {b * 1e3:.0f} ms: {b / o:.2f}x",
                   flush=True)  # fmt: skip
-        m_cfg = load_experiment(task).model
-        states = s["L"] * m_cfg.state_size * (2 if m_cfg.bidirectional else 1)
         row = {"task": task, "batch": s["batch"], "L": s["L"], "P": s["P_full"],
                "ours_ms": per_method[methods[0]]["ours_ms"], "base_ms": b * 1e3,
                "ratio": per_method[methods[0]]["ratio"],
-               "auto_resolves_to": resolve_scan_method("auto") if task == "pendulum"
-               else resolve_ssm_method("auto", states=states)}  # fmt: skip  # per-step Δ: a scan
+               "auto_resolves_to": auto_method(task, s)[0]}  # fmt: skip
         if args.ceiling:
             n = times[NO_SSM]["median_s"]
             row["no_ssm_ms"], row["ceiling"] = n * 1e3, b / n

@@ -8,7 +8,8 @@ unless `--batch` / `--length` cap them) and compiled, nothing run, and XLA's
 pass's temporaries), `args` (parameters, BatchNorm state, optimiser state, batch) and
 `temp + args`, the step's footprint. Also recorded per config: the stored states of one
 sequence in one layer (L × P × directions, P the stored complex states per direction) and
-what `"auto"` resolves to for it on this backend (`s5jax.core.resolve_ssm_method`).
+what `"auto"` resolves to for it on this backend (`train_step.auto_method`; the pendulum's
+per-step Δ runs the sequential scan on CPU).
 
 Why: on CPU `"auto"` picks `"chunked"` for speed but `"fused"` above
 `s5jax.core._ssm.AUTO_CPU_FUSED_ABOVE` stored states per sequence, for memory; this script
@@ -24,55 +25,34 @@ Results: `results/train-step-memory-<cpu|gpu>.json`.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 
-import equinox as eqx
 import jax
 from _common import device_info, print_table, write_json
-from train_step import TASKS, random_batch, shapes
+from train_step import (
+    TASKS,
+    auto_method,
+    build_ours,
+    parse_configs_and_methods,
+    random_batch,
+    shapes,
+)
 
 from s5jax.config import load_experiment
-from s5jax.core import SCAN_METHODS
-from s5jax.core._ssm import AUTO_CPU_FUSED_ABOVE, resolve_ssm_method
-from s5jax.nn import S5SSM, build_model
-from s5jax.train._optim import build_optimizer
-from s5jax.train._steps import make_steps
+from s5jax.core._ssm import AUTO_CPU_FUSED_ABOVE
 
 GIB = 2**30
 
 
-def stored_states(model) -> int:
-    """L-independent part of the stored states: P × directions of the first S5 layer."""
-    ssms = [
-        leaf
-        for leaf in jax.tree_util.tree_leaves(model, is_leaf=lambda x: isinstance(x, S5SSM))
-        if isinstance(leaf, S5SSM)
-    ]
-    if not ssms:
-        raise ValueError("the model has no S5SSM layer")
-    return ssms[0].P * (2 if ssms[0].bidirectional else 1)
-
-
-def compiled_memory(task: str, s: dict, method: str) -> tuple[dict, int]:
-    """`memory_analysis()` of our compiled training step, and P × directions."""
-    cfg = load_experiment(task)
-    model_cfg = dataclasses.replace(cfg.model, scan_method=method)
-    model, state = build_model(
-        model_cfg, d_input=s.get("d_input", s.get("vocab")), n_outputs=s["n_outputs"],
-        vocab=s.get("vocab"), key=jax.random.PRNGKey(0),
-    )  # fmt: skip
-    optimizer, _ = build_optimizer(cfg.optim, model, steps_per_epoch=100, epochs=cfg.train.epochs)
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    with jax.numpy_dtype_promotion("standard"):
-        opt_state = jax.eval_shape(optimizer.init, params)
+def compiled_memory(task: str, s: dict, method: str) -> dict:
+    """`memory_analysis()` of our compiled training step."""
+    _, step, carry = build_ours(load_experiment(task), s, method, init=jax.eval_shape)
     batch = jax.eval_shape(lambda: random_batch(task, s, jax.random.PRNGKey(1)))
-    step = make_steps(static, optimizer, cfg.model.head).train
-    compiled = step.lower(params, state, opt_state, batch, jax.random.PRNGKey(2)).compile()
+    compiled = step.lower(*carry, batch, jax.random.PRNGKey(2)).compile()
     stats = compiled.memory_analysis()
     temp, args = stats.temp_size_in_bytes, stats.argument_size_in_bytes
     out = {"temp_bytes": temp, "args_bytes": args, "temp_plus_args_bytes": temp + args}
-    return out, stored_states(model)
+    return out
 
 
 def main() -> None:
@@ -83,31 +63,23 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=None, help="cap on every sequence length")
     parser.add_argument("--out", default="train-step-memory", help="results/<OUT>-<cpu|gpu>.json")
     args = parser.parse_args()
-    tasks = [t.strip() for t in args.configs.split(",") if t.strip()]
-    for t in tasks:
-        if t not in TASKS:
-            parser.error(f"--configs: {t!r} is not one of {', '.join(TASKS)}")
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    known = ("auto", "fused", *SCAN_METHODS)
-    if not methods or any(m not in known for m in methods):
-        parser.error(f"--methods: each must be one of {', '.join(known)}, got {args.methods!r}")
+    tasks, methods = parse_configs_and_methods(parser, args)
     info = device_info()
     print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | jax {info['jax']}")
 
     results, rows = [], []
     for task in tasks:
         s = shapes(task, args.batch, args.length, paper=True)
-        per_method, per_sequence = {}, None
+        auto, per_sequence = auto_method(task, s)
+        per_method = {}
         for m in methods:
             t0 = time.perf_counter()
-            mem, p_dirs = compiled_memory(task, s, m)
+            mem = compiled_memory(task, s, m)
             mem["compile_s"] = time.perf_counter() - t0
             per_method[m] = mem
-            per_sequence = s["L"] * p_dirs
             print(f"{task} (batch {s['batch']}, L {s['L']}) {m}: temp "
                   f"{mem['temp_bytes'] / GIB:.2f} GiB, args {mem['args_bytes'] / GIB:.2f} GiB",
                   flush=True)  # fmt: skip
-        auto = resolve_ssm_method("auto", states=per_sequence)
         row = {"task": task, "batch": s["batch"], "L": s["L"], "states": per_sequence,
                "auto": auto}  # fmt: skip
         for m in methods:
