@@ -64,6 +64,7 @@ def device_info() -> dict:
         "device_kind": devices[0].device_kind,
         "num_devices": len(devices),
         "cpu_model": cpu_model(),
+        "cpu_isa": cpu_isa(),
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -72,6 +73,23 @@ def device_info() -> dict:
         "numpy": np.__version__,
         "malloc_tuned": MALLOC_TUNED,
     }
+
+
+def cpu_isa() -> list[str]:
+    """The CPU's vector instruction-set flags that move these benchmarks (/proc/cpuinfo: AVX2,
+    AVX-512 and its bf16/fp16 parts, AMX), [] where unknown. The model name alone does not
+    tell them apart (some hosts report only "Intel(R) Xeon(R) Processor")."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return sorted(
+                        w for w in set(line.split()[2:])
+                        if w in ("avx2", "fma") or w.startswith(("avx512", "amx"))
+                    )  # fmt: skip
+    except OSError:
+        pass
+    return []
 
 
 def device_tag() -> str:

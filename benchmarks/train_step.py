@@ -19,6 +19,10 @@ ours median, from the same run.
 `--ceiling` also times our step with every SSM replaced by its feed-through (y = D ⊙ u; the
 rest of the model unchanged): the time of everything both models share, so baseline / that is
 the largest ratio any SSM, however fast, could give (`ceiling` in the JSON and the table).
+`--no-scan` also times our step with every recurrence replaced by its input (x = B̄u: the
+SSM's matrix products B̄u and C̃x, the feed-through and everything else kept, as the chunked
+path computes them): baseline / that is the largest ratio any scan, however fast, could give
+with our products (`scan_ceiling`).
 
 `--methods auto,fused,chunked` times our step once per SSM method (`model.scan_method`; default
 `auto`, what `s5jax train` runs) in the same interleaved run, each against the same baseline:
@@ -29,7 +33,7 @@ same for both (`--batch N` and `--length N` cap every config; `--paper` uses the
 shapes everywhere). The JSON and the table record the shapes used and the paper's.
 
     .venv/bin/python benchmarks/train_step.py [--configs listops,text,...] [--repeats N]
-        [--batch N] [--length N] [--paper] [--methods auto,fused,...] [--ceiling]
+        [--batch N] [--length N] [--paper] [--methods auto,fused,...] [--ceiling] [--no-scan]
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import jax.numpy as jnp
 from _common import device_info, print_table, time_interleaved, write_json
 
 from s5jax.config import load_experiment
-from s5jax.core import SCAN_METHODS, resolve_scan_method
+from s5jax.core import SCAN_METHODS, _ssm, resolve_scan_method
 from s5jax.core._ssm import resolve_ssm_method
 from s5jax.nn import S5SSM, build_model
 from s5jax.train._optim import build_optimizer
@@ -188,16 +192,44 @@ NO_SSM = "ours[no SSM]"
 def _feed_through_only():
     """While tracing: every S5SSM computes only y = D ⊙ u (for `--ceiling`)."""
     original = S5SSM.__call__
-    S5SSM.__call__ = lambda self, u, **kwargs: u.astype(self.D.dtype) * self.D
+    S5SSM.__call__ = lambda self, u, **kwargs: u.astype(self.D.dtype) * self.D[None, :]
     try:
         yield
     finally:
         S5SSM.__call__ = original
 
 
-def build(task: str, s: dict, methods=("auto",), ceiling=False):
+NO_SCAN = "ours[no scan]"
+
+
+@contextlib.contextmanager
+def _products_only():
+    """While tracing: every recurrence returns its input (x = B̄u), so an S5SSM computes only
+    its products and feed-through (for `--no-scan`; the variant is built with `"chunked"`)."""
+    kernels = dict(SCAN_METHODS)
+    planes = _ssm.chunked_planes
+    SCAN_METHODS.update({name: (lambda a, b, reverse: b) for name in SCAN_METHODS})
+    _ssm.chunked_planes = lambda a_re, a_im, b_re, b_im, reverse=False: (b_re, b_im)
+    try:
+        yield
+    finally:
+        SCAN_METHODS.update(kernels)
+        _ssm.chunked_planes = planes
+
+
+def _tracing(name: str):
+    """The patch under which variant `name` is traced (at its first call in `build`)."""
+    if name == NO_SSM:
+        return _feed_through_only()
+    if name == NO_SCAN:
+        return _products_only()
+    return contextlib.nullcontext()
+
+
+def build(task: str, s: dict, methods=("auto",), ceiling=False, no_scan=False):
     """`{name: zero-argument callable}` for ours (`"ours"`, or `"ours[<method>]"` per SSM
-    method when several) and the baseline, and the compile seconds."""
+    method when several), the baseline and the `ceiling`/`no_scan` variants, and the compile
+    seconds."""
     cfg = load_experiment(task)
     batch = random_batch(task, s, jax.random.PRNGKey(1))
     key = jax.random.PRNGKey(2)
@@ -207,6 +239,8 @@ def build(task: str, s: dict, methods=("auto",), ceiling=False):
         fns[name], model, state = _ours(cfg, s, batch, key, method)
     if ceiling:
         fns[NO_SSM], _, _ = _ours(cfg, s, batch, key, methods[0])
+    if no_scan:
+        fns[NO_SCAN], _, _ = _ours(cfg, s, batch, key, "chunked")
     spec, bparams, bstats = base.from_ours(model, state)
     # Copies: our step donates its buffers, which `from_ours` would otherwise share.
     bparams, bstats = jax.tree_util.tree_map(jnp.copy, (bparams, bstats))
@@ -228,7 +262,7 @@ def build(task: str, s: dict, methods=("auto",), ceiling=False):
     compile_s = {}
     for name, fn in fns.items():
         t0 = time.perf_counter()
-        with _feed_through_only() if name == NO_SSM else contextlib.nullcontext():
+        with _tracing(name):
             jax.block_until_ready(fn())  # compile (traced here) + first call
         compile_s[name] = time.perf_counter() - t0
     return fns, compile_s
@@ -247,6 +281,10 @@ def main() -> None:
     parser.add_argument(
         "--ceiling", action="store_true", help="also time ours without the SSM (y = D u)"
     )
+    parser.add_argument(
+        "--no-scan", action="store_true",
+        help="also time ours with every recurrence replaced by its input (x = B̄u)",
+    )  # fmt: skip
     parser.add_argument("--out", default="train-step", help="results/<OUT>-<cpu|gpu>.json")
     args = parser.parse_args()
     tasks, methods = parse_configs_and_methods(parser, args)
@@ -260,7 +298,7 @@ def main() -> None:
         s = shapes(task, args.batch, args.length, args.paper)
         print(f"{task}: batch {s['batch']} (paper {s['paper_batch']}), L {s['L']} "
               f"(paper {s['paper_L']})", flush=True)  # fmt: skip
-        fns, compile_s = build(task, s, methods, args.ceiling)
+        fns, compile_s = build(task, s, methods, args.ceiling, args.no_scan)
         times = time_interleaved(fns, repeats=args.repeats, warmup=0)
         b = times["baseline"]["median_s"]
         per_method = {}
@@ -277,13 +315,17 @@ def main() -> None:
             n = times[NO_SSM]["median_s"]
             row["no_ssm_ms"], row["ceiling"] = n * 1e3, b / n
             print(f"  ours without the SSM {n * 1e3:.0f} ms: ceiling {b / n:.2f}x", flush=True)
+        if args.no_scan:
+            n = times[NO_SCAN]["median_s"]
+            row["no_scan_ms"], row["scan_ceiling"] = n * 1e3, b / n
+            print(f"  ours without the scans {n * 1e3:.0f} ms: {b / n:.2f}x", flush=True)
         rows.append(row)
         results.append({"shapes": s, "timings": times, "first_call_s": compile_s,
                         "methods": per_method, **row})  # fmt: skip
         del fns
         path = write_json(args.out, {
             "benchmark": "train_step", "device": info, "repeats": args.repeats,
-            "methods": methods, "ceiling": args.ceiling,
+            "methods": methods, "ceiling": args.ceiling, "no_scan": args.no_scan,
             "auto_on_this_backend": resolve_ssm_method("auto"),  # per row: auto_resolves_to
             "load_average_1_5_15": os.getloadavg(),
             "protocol": "interleaved (ours, baseline, ...), medians; ratio = baseline / ours",
@@ -300,6 +342,8 @@ def main() -> None:
     ]  # fmt: skip
     if args.ceiling:
         columns += [("no_ssm_ms", "no-SSM ms", ".0f"), ("ceiling", "ceiling", ".2f")]
+    if args.no_scan:
+        columns += [("no_scan_ms", "no-scan ms", ".0f"), ("scan_ceiling", "scan ceiling", ".2f")]
     print_table(rows, columns)
     print(f"wrote {path}")
 

@@ -1,0 +1,83 @@
+"""benchmarks/train_step.py's `--ceiling` and `--no-scan` variants compute what they claim: with
+the scans patched out, an SSM is exactly its products and feed-through, 2 Re(C̃_f B̄u + C̃_b B̄u)
++ D ⊙ u (float64, the complex path at small P and the real-plane path at P ≥ 128, and the
+per-step Δ path); with the SSM patched out, a layer's SSM is D ⊙ u; and both patches are undone
+on exit."""
+
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from s5jax.core import apply_ssm, apply_ssm_continuous
+from s5jax.core._ssm import PLANES_MIN_P
+from s5jax.nn import S5SSM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import train_step as ts
+
+
+def _system(P, H, L, key):
+    k = jax.random.split(key, 6)
+    lam = jnp.exp(jax.lax.complex(-0.1 - jax.random.uniform(k[0], (P,)),
+                                  jax.random.uniform(k[1], (P,))))  # fmt: skip
+    B = jax.lax.complex(jax.random.normal(k[2], (P, H)), jax.random.normal(k[3], (P, H)))
+    C = jax.lax.complex(jax.random.normal(k[4], (H, 2 * P)), jax.random.normal(k[5], (H, 2 * P)))
+    D = jax.random.normal(k[0], (H,))
+    u = jax.random.normal(k[1], (L, H))
+    return lam, B, C, D, u
+
+
+def _products(B_rows, C, D, u):
+    """2 Re((C_f + C_b) B̄u) + D u, with B̄u given per step as `B_rows` (L, P)."""
+    P = B_rows.shape[1]
+    return 2 * jnp.real(B_rows @ (C[:, :P] + C[:, P:]).T) + D[None, :] * u
+
+
+@pytest.mark.parametrize("P", [4, PLANES_MIN_P])
+def test_no_scan_leaves_the_products_and_restores_the_scans(x64, P):
+    lam, B, C, D, u = _system(P, 3, 6, jax.random.PRNGKey(0))
+    full = apply_ssm(lam, B, C, D, u, bidirectional=True, method="sequential")
+    with ts._products_only():
+        y = apply_ssm(lam, B, C, D, u, bidirectional=True, method="chunked")
+    Bu = u.astype(B.dtype) @ B.T
+    np.testing.assert_allclose(y, _products(Bu, C, D, u), rtol=1e-12, atol=1e-12)
+    assert not np.allclose(y, full)  # the scans did matter for this system
+    after = apply_ssm(lam, B, C, D, u, bidirectional=True, method="chunked")
+    np.testing.assert_allclose(after, full, rtol=1e-10, atol=1e-10)
+
+
+def test_no_scan_with_per_step_timescales(x64):
+    P, H, L = 4, 3, 6
+    lam, B, C, D, u = _system(P, H, L, jax.random.PRNGKey(1))
+    Lambda = jnp.log(lam)  # continuous-time eigenvalues with Re < 0
+    Delta = jnp.full((P,), 0.3)
+    dt = jnp.linspace(0.5, 2.0, L)
+    with ts._products_only():
+        y = apply_ssm_continuous(Lambda, B, C, D, Delta, u, dt=dt, bidirectional=True,
+                                 method="chunked")  # fmt: skip
+    # ZOH: B̄_k u_k = γ_k ⊙ (B̃ u_k), γ = (Λ̄ − 1) / Λ; forward steps use Δ·dt[k], backward
+    # steps Δ·dt[k+1] (Δ·1 at the end).
+    Bu = u.astype(B.dtype) @ B.T
+
+    def gamma(m):
+        step = (Delta[None, :] * m[:, None]).astype(Lambda.dtype)
+        return (jnp.exp(Lambda[None, :] * step) - 1) / Lambda[None, :]
+
+    dt_b = jnp.concatenate([dt[1:], jnp.ones(1)])
+    y_f = (gamma(dt) * Bu) @ C[:, :P].T
+    y_b = (gamma(dt_b) * Bu) @ C[:, P:].T
+    expected = 2 * jnp.real(y_f + y_b) + D[None, :] * u
+    np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_feed_through_only_is_d_times_u_and_is_undone():
+    ssm = S5SSM(3, 8, bidirectional=True, key=jax.random.PRNGKey(0))
+    u = jax.random.normal(jax.random.PRNGKey(1), (5, 3))
+    with ts._feed_through_only():
+        y = ssm(u)
+    np.testing.assert_allclose(y, ssm.D[None, :] * u)
+    assert not np.allclose(ssm(u), ssm.D[None, :] * u)
