@@ -22,7 +22,9 @@ the largest ratio any SSM, however fast, could give (`ceiling` in the JSON and t
 `--no-scan` also times our step with every recurrence replaced by its input (x = B̄u: the
 SSM's matrix products B̄u and C̃x, the feed-through and everything else kept, as the chunked
 path computes them): baseline / that is the largest ratio any scan, however fast, could give
-with our products (`scan_ceiling`).
+with our products (`scan_ceiling`). `--precision bf16` builds ours with `model.precision =
+"bf16"` (bfloat16 matrix products, float32 accumulation, parameters and state; every variant
+of ours), the baseline staying float32 as the authors' code is.
 
 `--methods auto,fused,chunked` times our step once per SSM method (`model.scan_method`; default
 `auto`, what `s5jax train` runs) in the same interleaved run, each against the same baseline:
@@ -34,6 +36,7 @@ shapes everywhere). The JSON and the table record the shapes used and the paper'
 
     .venv/bin/python benchmarks/train_step.py [--configs listops,text,...] [--repeats N]
         [--batch N] [--length N] [--paper] [--methods auto,fused,...] [--ceiling] [--no-scan]
+        [--precision fp32|bf16]
 """
 
 from __future__ import annotations
@@ -146,15 +149,16 @@ def build_ours(cfg, s: dict, method: str, init=None):
     return model, step, (params, state, opt_state)
 
 
-def auto_method(task: str, s: dict) -> tuple[str, int]:
-    """What `scan_method = "auto"` runs for `task` at shapes `s` on this backend, and the
-    stored states of one sequence in one layer (L × P × directions). The pendulum's per-step
-    Δ runs the backend's scan whatever the length."""
+def auto_method(task: str, s: dict, precision: str = "fp32") -> tuple[str, int]:
+    """What `scan_method = "auto"` runs for `task` at shapes `s` and `model.precision` on this
+    backend, and the stored states of one sequence in one layer (L × P × directions). The
+    pendulum's per-step Δ runs the backend's scan whatever the length."""
     m = load_experiment(task).model
     states = s["L"] * m.state_size * (2 if m.bidirectional else 1)
     if task == "pendulum":
         return resolve_scan_method("auto"), states
-    return resolve_ssm_method("auto", states=states), states
+    mm = jnp.bfloat16 if precision == "bf16" else None
+    return resolve_ssm_method("auto", states=states, matmul_dtype=mm), states
 
 
 def parse_configs_and_methods(parser, args) -> tuple[list[str], tuple[str, ...]]:
@@ -226,11 +230,12 @@ def _tracing(name: str):
     return contextlib.nullcontext()
 
 
-def build(task: str, s: dict, methods=("auto",), ceiling=False, no_scan=False):
+def build(task: str, s: dict, methods=("auto",), ceiling=False, no_scan=False, precision="fp32"):
     """`{name: zero-argument callable}` for ours (`"ours"`, or `"ours[<method>]"` per SSM
     method when several), the baseline and the `ceiling`/`no_scan` variants, and the compile
-    seconds."""
+    seconds. `precision` is our model's `model.precision` (the baseline is float32)."""
     cfg = load_experiment(task)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, precision=precision))
     batch = random_batch(task, s, jax.random.PRNGKey(1))
     key = jax.random.PRNGKey(2)
     fns = {}
@@ -285,6 +290,10 @@ def main() -> None:
         "--no-scan", action="store_true",
         help="also time ours with every recurrence replaced by its input (x = B̄u)",
     )  # fmt: skip
+    parser.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32",
+        help="our model's model.precision (bf16: bfloat16 products); the baseline stays fp32",
+    )  # fmt: skip
     parser.add_argument("--out", default="train-step", help="results/<OUT>-<cpu|gpu>.json")
     args = parser.parse_args()
     tasks, methods = parse_configs_and_methods(parser, args)
@@ -298,7 +307,7 @@ def main() -> None:
         s = shapes(task, args.batch, args.length, args.paper)
         print(f"{task}: batch {s['batch']} (paper {s['paper_batch']}), L {s['L']} "
               f"(paper {s['paper_L']})", flush=True)  # fmt: skip
-        fns, compile_s = build(task, s, methods, args.ceiling, args.no_scan)
+        fns, compile_s = build(task, s, methods, args.ceiling, args.no_scan, args.precision)
         times = time_interleaved(fns, repeats=args.repeats, warmup=0)
         b = times["baseline"]["median_s"]
         per_method = {}
@@ -310,7 +319,7 @@ def main() -> None:
         row = {"task": task, "batch": s["batch"], "L": s["L"], "P": s["P_full"],
                "ours_ms": per_method[methods[0]]["ours_ms"], "base_ms": b * 1e3,
                "ratio": per_method[methods[0]]["ratio"],
-               "auto_resolves_to": auto_method(task, s)[0]}  # fmt: skip
+               "auto_resolves_to": auto_method(task, s, args.precision)[0]}  # fmt: skip
         if args.ceiling:
             n = times[NO_SSM]["median_s"]
             row["no_ssm_ms"], row["ceiling"] = n * 1e3, b / n
@@ -326,6 +335,7 @@ def main() -> None:
         path = write_json(args.out, {
             "benchmark": "train_step", "device": info, "repeats": args.repeats,
             "methods": methods, "ceiling": args.ceiling, "no_scan": args.no_scan,
+            "precision": args.precision,
             "auto_on_this_backend": resolve_ssm_method("auto"),  # per row: auto_resolves_to
             "load_average_1_5_15": os.getloadavg(),
             "protocol": "interleaved (ours, baseline, ...), medians; ratio = baseline / ours",

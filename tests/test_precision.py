@@ -72,7 +72,7 @@ def test_precision_is_validated_naming_the_key():
         build_model(bad, d_input=3, n_outputs=2, key=jax.random.PRNGKey(0))
 
 
-@pytest.mark.parametrize("scan_method", ["auto", "sequential"])
+@pytest.mark.parametrize("scan_method", ["auto", "chunked", "sequential"])
 @pytest.mark.parametrize("inference", [True, False])
 def test_bf16_outputs_and_gradients_stay_close_to_fp32(scan_method, inference):
     models = _models(SMALL, 5, 10, scan_method=scan_method)

@@ -64,6 +64,36 @@ def test_auto_is_fused_on_cpu_for_long_sequences():
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU rule of 'auto'")
+def test_auto_is_fused_on_cpu_under_bf16_products(monkeypatch):
+    assert _ssm.resolve_ssm_method("auto", states=10, matmul_dtype=jnp.bfloat16) == "fused"
+    assert _ssm.resolve_ssm_method("auto", states=10) == "chunked"
+    assert _ssm.resolve_ssm_method("chunked", matmul_dtype=jnp.bfloat16) == "chunked"
+    # A bf16 S5SSM under "auto" runs the fused path; with resets (which it cannot take) it
+    # falls back to the chunked scan, and the two agree to bfloat16 rounding.
+    calls = []
+    fused = _ssm._apply_fused
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("matmul_dtype"))
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(_ssm, "_apply_fused", spy)
+    ssm = S5SSM(8, 16, bidirectional=True, precision="bf16", key=jax.random.PRNGKey(0))
+    u = jax.random.normal(jax.random.PRNGKey(1), (64, 8))
+    y = ssm(u)
+    assert calls == [jnp.bfloat16]
+    no_resets = jnp.zeros((64,), bool)
+    y_chunked = ssm(u, resets=no_resets)
+    assert len(calls) == 1
+    rel = float(jnp.linalg.norm(y - y_chunked) / jnp.linalg.norm(y_chunked))
+    assert 0 < rel < 2e-2
+    monkeypatch.setattr(_ssm, "AUTO_CPU_FUSED_FOR_BF16", False)
+    calls.clear()
+    ssm(u)
+    assert calls == []
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU rule of 'auto'")
 @pytest.mark.parametrize("bidir", [False, True])
 def test_apply_ssm_auto_counts_states_per_sequence(x64, monkeypatch, getkey, bidir):
     # L 12, 4 stored states, ×2 bidirectional: the threshold is crossed at 48 (96) states.

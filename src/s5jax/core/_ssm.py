@@ -14,7 +14,8 @@ Re(C̃x) = x_re C_reᵀ − x_im C_imᵀ): cheaper than complex matmuls and free
 Two ways to compute y (the `method` argument): a scan method of `linear_recurrence`
 (`"sequential"`, `"parallel"`, `"chunked"`, …) on complex (L, P) arrays, or `"fused"`: B̃u, the
 recurrences and C̃x blockwise in real (re, im) planes with its own VJP (below). `"auto"` is
-`"chunked"` on CPU, `"fused"` there for long sequences (`AUTO_CPU_FUSED_ABOVE`), and the
+`"chunked"` on CPU, `"fused"` there for long sequences (`AUTO_CPU_FUSED_ABOVE`) and bfloat16
+products (`AUTO_CPU_FUSED_FOR_BF16`), and the
 backend's scan elsewhere (see `resolve_ssm_method`).
 """
 
@@ -65,6 +66,20 @@ kept chunked) 3,592 ms chunked, 3,855 ms fused at batch 4 (`benchmarks/train_ste
 `benchmarks/train_step_memory.py`)."""
 
 
+AUTO_CPU_FUSED_FOR_BF16 = True
+"""Under bfloat16 products (`S5SSM(precision="bf16")`, `model.precision = "bf16"`), `"auto"` on
+CPU picks `"fused"`: its forward and its own backward pass run every product on bfloat16
+operands, where the chunked path's products are differentiated by JAX. Measured on a 2-core
+Intel Xeon with AVX512_BF16 and AMX (2026-11-26; `benchmarks/train_step.py --configs
+text,image,pathfinder,scifar --methods auto,fused --precision bf16`, then `"auto"` was
+chunked), whole training step in bf16, chunked / fused ms: Text 2,132 / 1,670, Image 1,454 /
+1,089, Pathfinder 430 / 325, sCIFAR 606 / 464 (fused 1.27–1.34× faster on all four; the
+fp32 steps with `"auto"`, in another run: 1,568, 1,250, 545, 783 ms). The 6-layer stack alone
+(`benchmarks/layer.py --efficiency --precision bf16`): fp32 fused 1,535 / chunked 1,521 ms,
+bf16 fused 1,172 / chunked 1,776 ms. On CPUs without bfloat16 arithmetic, bf16 is slower
+than fp32 either way (`docs/performance.md`)."""
+
+
 PLANES_MIN_P = 128
 """`"chunked"` with a time-invariant Λ̄, no resets and L ≤ `CHUNK_SIZE` runs on real
 (Re, Im) planes (`_scan.chunked_planes`) from this many stored states per direction up, on
@@ -76,10 +91,11 @@ complex arrays below. One bidirectional layer's forward+backward on the 2-core A
 H 512)."""
 
 
-def resolve_ssm_method(method: str, *, states: int | None = None) -> str:
+def resolve_ssm_method(method: str, *, states: int | None = None, matmul_dtype=None) -> str:
     """Validate an SSM `method` and map `"auto"`: on CPU `AUTO_CPU` (`"chunked"`), or
     `"fused"` when `states` (L × P × directions of one sequence) exceeds
-    `AUTO_CPU_FUSED_ABOVE`; the backend's scan (`"parallel"`) elsewhere. Other names pass
+    `AUTO_CPU_FUSED_ABOVE` or the products run in a reduced `matmul_dtype` (bfloat16:
+    `AUTO_CPU_FUSED_FOR_BF16`); the backend's scan (`"parallel"`) elsewhere. Other names pass
     through (`"fused"` or a scan method).
 
     `"fused"` falls back to what `"auto"` picks otherwise (`"chunked"` on CPU) where it does
@@ -90,6 +106,8 @@ def resolve_ssm_method(method: str, *, states: int | None = None) -> str:
         return method
     if method == "auto" and jax.default_backend() == "cpu":
         if states is not None and states > AUTO_CPU_FUSED_ABOVE:
+            return "fused"
+        if matmul_dtype is not None and AUTO_CPU_FUSED_FOR_BF16:
             return "fused"
         return AUTO_CPU
     if method != "auto" and method not in SCAN_METHODS:
@@ -127,7 +145,8 @@ def apply_ssm(
     - `resets`: (L,) booleans marking where a new episode starts; neither direction carries
       state across such a boundary.
     - `method`: `"auto"` (on CPU the chunked scan, or `"fused"` above
-      `AUTO_CPU_FUSED_ABOVE` states L × P × directions; the parallel scan elsewhere),
+      `AUTO_CPU_FUSED_ABOVE` states L × P × directions or under bfloat16 products; the
+      parallel scan elsewhere),
       `"fused"` (blockwise real matrix products and recurrences, reverse-mode
       differentiable only; falls back to `"auto"`'s scan with `resets` or an L without a
       block size) or a scan method of `linear_recurrence` (`"sequential"`, `"parallel"`,
@@ -153,7 +172,8 @@ def _apply(
     Lambda_bar, B_bar, u = jnp.asarray(Lambda_bar), jnp.asarray(B_bar), jnp.asarray(u)
     _check_lambda_b(Lambda_bar, B_bar, u)
     directions = 2 if bidirectional else 1
-    method = resolve_ssm_method(method, states=u.shape[0] * Lambda_bar.shape[0] * directions)
+    states = u.shape[0] * Lambda_bar.shape[0] * directions
+    method = resolve_ssm_method(method, states=states, matmul_dtype=matmul_dtype)
     if method == "fused":
         if _fused_supported(u.shape[0], resets):
             _check_c_d(jnp.asarray(C_tilde), jnp.asarray(D), Lambda_bar.shape[0], u.shape[1],
