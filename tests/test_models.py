@@ -425,6 +425,51 @@ def test_pendulum_cnn_equals_the_per_frame_relu_then_pool_definition():
     )
 
 
+@pytest.mark.parametrize(
+    "c_in, k, stride, pad, side",
+    [(1, 5, 1, 2, 24), (12, 3, 2, 1, 12), (1, 3, 2, 1, 13), (1, 4, 1, 0, 11), (3, 3, 1, 1, 9)],
+)
+def test_conv_pool_relu_equals_conv_relu_pool_with_gradients_in_float64(c_in, k, stride, pad, side):
+    """The pendulum CNN's fast conv block (space-to-depth phases for one input channel,
+    im2col otherwise) against Equinox's conv → ReLU → 2×2 max-pool, frame by frame: values and
+    the gradients of a random projection with respect to the kernel, the bias and the input.
+    The first two cases are the pendulum's conv1 and conv2; the others cover a strided
+    one-channel conv, an even kernel, odd output sizes (the pool drops the last row) and
+    several input channels at stride 1."""
+    from s5jax.nn._encoders import _conv, _conv_pool_relu
+
+    with jax.enable_x64(True):
+        conv = _conv(c_in, 6, k, stride, pad, jnp.float64, jax.random.PRNGKey(0))
+        bias = jnp.linspace(-0.3, 0.4, 6).reshape(conv.bias.shape)
+        conv = eqx.tree_at(lambda c: c.bias, conv, bias)
+        x = jax.random.normal(jax.random.PRNGKey(1), (4, side, side, c_in), jnp.float64)
+        pool = eqx.nn.MaxPool2d(2, stride=2)
+
+        def reference(conv, x):
+            def frame(f):
+                return pool(jax.nn.relu(conv(jnp.transpose(f, (2, 0, 1)))))
+
+            return jnp.transpose(jax.vmap(frame)(x), (0, 2, 3, 1))
+
+        expected = reference(conv, x)
+        out = _conv_pool_relu(x, conv)
+        assert out.shape == expected.shape
+        np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-12, atol=1e-12)
+        cot = jax.random.normal(jax.random.PRNGKey(2), expected.shape, jnp.float64)
+        grads = [
+            jax.grad(lambda c, x, f=f: jnp.sum(f(c, x) * cot), argnums=(0, 1))(conv, x)
+            for f in (lambda c, x: _conv_pool_relu(x, c), reference)
+        ]
+        for name, got, want in (
+            ("weight", grads[0][0].weight, grads[1][0].weight),
+            ("bias", grads[0][0].bias, grads[1][0].bias),
+            ("input", grads[0][1], grads[1][1]),
+        ):
+            np.testing.assert_allclose(
+                np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-12, err_msg=name
+            )
+
+
 @pytest.mark.parametrize("method", ["sequential", "parallel", "chunked"])
 def test_config_scan_method_reaches_every_layer_with_the_same_outputs(method):
     base = dataclasses.replace(

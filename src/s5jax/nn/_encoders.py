@@ -10,14 +10,19 @@
 Precision: under `"bf16"` the encoders return bfloat16 features (their Dense layers take
 bfloat16 operands and accumulate in float32; the embedding rows are looked up in float32 and
 cast). The pendulum CNN's convolutions run in float32 in both policies; only its Dense layers
-follow the policy.
+follow the policy. The CNN's gradients are reverse-mode only (`jax.grad`, `jax.vjp`): its
+convolutions' products carry a custom VJP, so forward-mode `jax.jvp` does not pass through it.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ._dense import Dense, check_precision, compute_dtype
@@ -136,39 +141,109 @@ def _conv_pool_relu(x: Float[Array, "N Hi Wi C"], conv: eqx.nn.Conv2d) -> Float[
     the pendulum step is dominated by these two small convolutions and their gradients:
     - max-pooling commutes with adding a per-channel constant and with the monotone ReLU, so
       both act after pooling, on a 4× smaller tensor;
-    - one input channel (conv1): the conv outputs a pooling window takes its maximum over are
-      four "phases" (di, dj), each a convolution with stride 2s of the input shifted by
-      (di·s, dj·s); their maximum is the pooled map and the full-size map is never formed;
-    - several input channels (conv2): one matrix product over the k×k strided slices of the
-      input (im2col), which XLA's CPU backend runs faster than its small strided convolution.
-    Measured on the 2-core CPU (forward + gradient, 1,600 frames): conv1 165 → 99 ms, conv2
-    76 → 38 ms; the pendulum training step (batch 32) 452 → 138 ms. Tests compare it with the
-    plain conv → ReLU → pool definition.
+    - the pool's maximum over its four window positions ("phases") is three elementwise
+      `jnp.maximum`s: XLA's CPU gradient of a max *reduction* over a window axis is several
+      times slower;
+    - every convolution is one 2-D matrix product (M, K) @ (K, O) over gathered input slices
+      (im2col), which XLA's CPU backend runs far faster than its small strided convolutions,
+      with its gradient written out (`_matmul`);
+    - one input channel (conv1): the input is first rearranged space-to-depth in blocks of
+      2·stride, so that the four phases are four column groups of *one* product over a
+      window of reach² cells × 4·stride² channels (`_phase_kernel`), instead of four
+      convolutions with one input channel each.
+    Measured with `benchmarks/pendulum.py` on a 2-core Intel Xeon, this form against the
+    previous one (four strided phase convolutions, im2col with 4-D products and a max
+    reduction), two alternating runs each: CNN forward + gradient on 1,600 frames 150–175 →
+    98–108 ms, the pendulum's whole training step 185–228 → 136–151 ms. Tests compare values
+    and gradients with the plain conv → ReLU → pool definition in float64.
     """
     (pad, _), _ = conv.padding
     stride, k = conv.stride[0], conv.weight.shape[-1]
-    kernel = jnp.transpose(conv.weight, (2, 3, 1, 0))  # OIHW → HWIO
-    x = jnp.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    out = (x.shape[1] - k) // stride + 1
+    n, c_out = x.shape[0], conv.weight.shape[0]
+    out = (x.shape[1] + 2 * pad - k) // stride + 1
+    pooled = out // 2
     if conv.weight.shape[1] == 1:
-        pooled = out // 2
-        phases = [
-            jax.lax.conv_general_dilated(
-                x[:, di * stride :, dj * stride :, :], kernel, (2 * stride, 2 * stride),
-                "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
-            )[:, :pooled, :pooled, :]
-            for di in (0, 1)
-            for dj in (0, 1)
-        ]  # fmt: skip
-        y = jnp.maximum(jnp.maximum(phases[0], phases[1]), jnp.maximum(phases[2], phases[3]))
+        block, reach = 2 * stride, (stride + k - 1) // (2 * stride) + 1
+        side = block * (pooled + reach - 1)  # rows the pooled outputs can read, in whole blocks
+        below, right = max(0, side - x.shape[1] - pad), max(0, side - x.shape[2] - pad)
+        x = jnp.pad(x[..., 0], ((0, 0), (pad, below), (pad, right)))[:, :side, :side]
+        x = x.reshape(n, side // block, block, side // block, block).transpose(0, 1, 3, 2, 4)
+        x = x.reshape(n, side // block, side // block, block * block)
+        cols = [x[:, r : r + pooled, s : s + pooled, :] for r in range(reach) for s in range(reach)]
+        kernel = _phase_kernel(conv.weight[:, 0], stride, reach)
+        y = jnp.concatenate(cols, axis=-1).reshape(-1, kernel.shape[0])
+        y = _matmul(y, kernel).reshape(-1, 4, c_out)
+        y = _max4(y[:, 0], y[:, 1], y[:, 2], y[:, 3])
     else:
+        kernel = jnp.transpose(conv.weight, (2, 3, 1, 0))  # OIHW → HWIO
+        x = jnp.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
         span = stride * (out - 1) + 1
         cols = [x[:, i : i + span : stride, j : j + span : stride, :]
                 for i in range(k) for j in range(k)]  # fmt: skip
-        y = jnp.concatenate(cols, axis=-1) @ kernel.reshape(-1, kernel.shape[-1])
-        n, h, w, c = y.shape
-        y = y.reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+        y = jnp.concatenate(cols, axis=-1)
+        y = _matmul(y.reshape(-1, y.shape[-1]), kernel.reshape(-1, c_out))
+        y = y.reshape(n, out, out, c_out)
+        y = y[:, : 2 * pooled, : 2 * pooled].reshape(n, pooled, 2, pooled, 2, c_out)
+        y = _max4(y[:, :, 0, :, 0], y[:, :, 0, :, 1], y[:, :, 1, :, 0], y[:, :, 1, :, 1])
+    y = y.reshape(n, pooled, pooled, c_out)
     return jax.nn.relu(y + conv.bias.reshape(1, 1, 1, -1))
+
+
+@jax.custom_vjp
+def _matmul(a: Float[Array, "M K"], b: Float[Array, "K N"]) -> Float[Array, "M N"]:
+    """a @ b with its reverse-mode gradient written as the two 2-D products.
+
+    Why: the model runs on one example and is vmapped over the batch, and the gradient JAX
+    derives for a batched `a @ b` with an unbatched `b` contracts over (batch, M) at once;
+    XLA's CPU backend lays that out with a transposed copy of the (batch·M, N) cotangent,
+    which cost the pendulum CNN ~50 ms a step. Written out, the vmapped weight gradient is a
+    batched product followed by a sum. No forward-mode (`jax.jvp`) through it.
+    """
+    return a @ b
+
+
+def _matmul_fwd(a, b):
+    return a @ b, (a, b)
+
+
+def _matmul_bwd(res, g):
+    a, b = res
+    return g @ b.T, a.T @ g
+
+
+_matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+def _max4(a: Array, b: Array, c: Array, d: Array) -> Array:
+    return jnp.maximum(jnp.maximum(a, b), jnp.maximum(c, d))
+
+
+@functools.cache
+def _phase_selector(k: int, stride: int, reach: int) -> np.ndarray:
+    """0/1 array (reach, reach, block, block, 2, 2, k, k), block = 2·stride: entry
+    [r, s, e, f, di, dj, a, b] is 1 where kernel tap (a, b) of pool phase (di, dj) reads
+    channel (e, f) of space-to-depth cell (p + r, q + s) for pooled output (p, q), i.e.
+    block·r + e = stride·di + a and block·s + f = stride·dj + b."""
+    block = 2 * stride
+    sel = np.zeros((reach, reach, block, block, 2, 2, k, k), np.float32)
+    for r, e, di in itertools.product(range(reach), range(block), range(2)):
+        a = block * r + e - stride * di
+        if not 0 <= a < k:
+            continue
+        for s, f, dj in itertools.product(range(reach), range(block), range(2)):
+            b = block * s + f - stride * dj
+            if 0 <= b < k:
+                sel[r, s, e, f, di, dj, a, b] = 1.0
+    return sel
+
+
+def _phase_kernel(weight: Float[Array, "O k k"], stride: int, reach: int) -> Array:
+    """The one-channel k×k kernel as a (reach²·block², 4·O) matrix over space-to-depth
+    windows: columns grouped by pool phase (di, dj), then output channel."""
+    k = weight.shape[-1]
+    sel = jnp.asarray(_phase_selector(k, stride, reach), weight.dtype)
+    kernel = jnp.einsum("rsefdgab,oab->rsefdgo", sel, weight)
+    return kernel.reshape(reach * reach * 4 * stride * stride, 4 * weight.shape[0])
 
 
 def _conv(c_in, c_out, k, stride, pad, dtype, key) -> eqx.nn.Conv2d:
