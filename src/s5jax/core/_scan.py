@@ -92,7 +92,8 @@ def _chunked(a, b, reverse, chunk_size=None):
     """Chunked scan; its gradient is the adjoint recurrence, computed by the same scan.
 
     `jax.grad`/`jax.vjp` work (custom VJP); forward-mode `jax.jvp` does not (use
-    `"sequential"` or `"parallel"` for that).
+    `"sequential"` or `"parallel"` for that, with `s5jax.core._products.VMAP_FRIENDLY_GRADIENT
+    = False` so that the SSM's products support it too).
     """
     L = b.shape[0]
     T = max(1, min(CHUNK_SIZE if chunk_size is None else int(chunk_size), L))

@@ -30,6 +30,7 @@ from jax.custom_batching import custom_vmap
 from jaxtyping import Array, Bool, Complex, Float
 
 from ._discretize import discretize, get_coefficients
+from ._products import matmul
 from ._scan import CHUNK_SIZE, SCAN_METHODS, chunked_planes, linear_recurrence, resolve_scan_method
 
 __all__ = [
@@ -403,9 +404,12 @@ def _matvec_planes(u, M, matmul_dtype=None):
     real (L, P) arrays."""
     if matmul_dtype is not None:
         acc = M.real.dtype
-        return _matmul(u, M.real.T, matmul_dtype, acc), _matmul(u, M.imag.T, matmul_dtype, acc)
+        return (
+            _weight_product(u, M.real.T, matmul_dtype, acc),
+            _weight_product(u, M.imag.T, matmul_dtype, acc),
+        )
     real = u.astype(M.real.dtype)
-    return real @ M.real.T, real @ M.imag.T
+    return matmul(real, M.real.T), matmul(real, M.imag.T)
 
 
 def _complex_matvecs(u, M, matmul_dtype=None):
@@ -418,10 +422,10 @@ def _project_planes(x_re, x_im, C, matmul_dtype=None):
     (L, H)."""
     if matmul_dtype is not None:
         acc = x_re.dtype
-        return _matmul(x_re, C.real.T, matmul_dtype, acc) - _matmul(
+        return _weight_product(x_re, C.real.T, matmul_dtype, acc) - _weight_product(
             x_im, C.imag.T, matmul_dtype, acc
         )
-    return x_re @ C.real.T - x_im @ C.imag.T
+    return matmul(x_re, C.real.T) - matmul(x_im, C.imag.T)
 
 
 def _project(xs, C, matmul_dtype=None):
@@ -431,12 +435,21 @@ def _project(xs, C, matmul_dtype=None):
 
 def _matmul(a, b, matmul_dtype, acc_dtype):
     """a @ b; with `matmul_dtype` (e.g. bfloat16) the operands are cast to it and the product
-    accumulates in (and is returned as) `acc_dtype`."""
+    accumulates in (and is returned as) `acc_dtype`. The plain product: for the fused path's
+    own forward and backward passes, which autodiff never sees."""
     if matmul_dtype is None:
         return a @ b
     return jnp.matmul(
         a.astype(matmul_dtype), b.astype(matmul_dtype), preferred_element_type=acc_dtype
     )
+
+
+def _weight_product(a, b, matmul_dtype, acc_dtype):
+    """`_matmul` for a 2-D `a` (L, K) and a weight `b` (K, N) on the autodiff paths: the
+    product with a vmap-friendly gradient (`s5jax.core._products.matmul`)."""
+    if matmul_dtype is None:
+        return matmul(a, b)
+    return matmul(a.astype(matmul_dtype), b.astype(matmul_dtype), acc_dtype)
 
 
 def _scale(y, conj_sym):
@@ -505,7 +518,8 @@ def _check_c_d(C, D, P, H, *, bidirectional) -> None:
 #
 # Supported: conj_sym, bidirectional, initial_state, return_state, any L with a block size (see
 # `_block_size`). Otherwise (`resets`, per-step Δ via `dt`, or an L with no block size) the scan
-# path runs. Reverse mode only (custom VJP): use a scan method for `jax.jvp`.
+# path runs. Reverse mode only (custom VJP): use a scan method for `jax.jvp`, with
+# `_products.VMAP_FRIENDLY_GRADIENT = False` (the products B̄u and C̃x have a custom VJP too).
 
 FUSED_BLOCK = 256
 """Largest block of the fused path (steps per block). On the 2-core CPU, at the layer

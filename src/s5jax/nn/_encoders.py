@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from ..core._products import matmul
 from ._dense import Dense, check_precision, compute_dtype
 
 __all__ = ["DenseEncoder", "EmbeddingEncoder", "PendulumCNN"]
@@ -146,7 +147,7 @@ def _conv_pool_relu(x: Float[Array, "N Hi Wi C"], conv: eqx.nn.Conv2d) -> Float[
       times slower;
     - every convolution is one 2-D matrix product (M, K) @ (K, O) over gathered input slices
       (im2col), which XLA's CPU backend runs far faster than its small strided convolutions,
-      with its gradient written out (`_matmul`);
+      with a vmap-friendly gradient (`s5jax.core._products.matmul`);
     - one input channel (conv1): the input is first rearranged space-to-depth in blocks of
       2·stride, so that the four phases are four column groups of *one* product over a
       window of reach² cells × 4·stride² channels (`_phase_kernel`), instead of four
@@ -172,7 +173,7 @@ def _conv_pool_relu(x: Float[Array, "N Hi Wi C"], conv: eqx.nn.Conv2d) -> Float[
         cols = [x[:, r : r + pooled, s : s + pooled, :] for r in range(reach) for s in range(reach)]
         kernel = _phase_kernel(conv.weight[:, 0], stride, reach)
         y = jnp.concatenate(cols, axis=-1).reshape(-1, kernel.shape[0])
-        y = _matmul(y, kernel).reshape(-1, 4, c_out)
+        y = matmul(y, kernel).reshape(-1, 4, c_out)
         y = _max4(y[:, 0], y[:, 1], y[:, 2], y[:, 3])
     else:
         kernel = jnp.transpose(conv.weight, (2, 3, 1, 0))  # OIHW → HWIO
@@ -181,37 +182,12 @@ def _conv_pool_relu(x: Float[Array, "N Hi Wi C"], conv: eqx.nn.Conv2d) -> Float[
         cols = [x[:, i : i + span : stride, j : j + span : stride, :]
                 for i in range(k) for j in range(k)]  # fmt: skip
         y = jnp.concatenate(cols, axis=-1)
-        y = _matmul(y.reshape(-1, y.shape[-1]), kernel.reshape(-1, c_out))
+        y = matmul(y.reshape(-1, y.shape[-1]), kernel.reshape(-1, c_out))
         y = y.reshape(n, out, out, c_out)
         y = y[:, : 2 * pooled, : 2 * pooled].reshape(n, pooled, 2, pooled, 2, c_out)
         y = _max4(y[:, :, 0, :, 0], y[:, :, 0, :, 1], y[:, :, 1, :, 0], y[:, :, 1, :, 1])
     y = y.reshape(n, pooled, pooled, c_out)
     return jax.nn.relu(y + conv.bias.reshape(1, 1, 1, -1))
-
-
-@jax.custom_vjp
-def _matmul(a: Float[Array, "M K"], b: Float[Array, "K N"]) -> Float[Array, "M N"]:
-    """a @ b with its reverse-mode gradient written as the two 2-D products.
-
-    Why: the model runs on one example and is vmapped over the batch, and the gradient JAX
-    derives for a batched `a @ b` with an unbatched `b` contracts over (batch, M) at once;
-    XLA's CPU backend lays that out with a transposed copy of the (batch·M, N) cotangent,
-    which cost the pendulum CNN ~50 ms a step. Written out, the vmapped weight gradient is a
-    batched product followed by a sum. No forward-mode (`jax.jvp`) through it.
-    """
-    return a @ b
-
-
-def _matmul_fwd(a, b):
-    return a @ b, (a, b)
-
-
-def _matmul_bwd(res, g):
-    a, b = res
-    return g @ b.T, a.T @ g
-
-
-_matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
 def _max4(a: Array, b: Array, c: Array, d: Array) -> Array:

@@ -1,0 +1,113 @@
+"""`s5jax.core._products.matmul`: the products with a vmap-friendly custom VJP.
+
+Checked against the plain product in float64 (values and both gradients, vmapped over a batch
+as in training, and with bfloat16 operands accumulated in float32), its wiring into the SSM,
+`Dense` and the pendulum CNN (their traced programs hold the custom VJP, and do not with the
+switch off), and the switch itself: forward-mode autodiff through a model works with
+`VMAP_FRIENDLY_GRADIENT = False` and agrees with reverse mode.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from s5jax.core import _products, apply_ssm
+from s5jax.core._products import matmul
+from s5jax.nn import S5SSM, Dense, PendulumCNN
+
+
+@pytest.fixture
+def plain_products(monkeypatch):
+    monkeypatch.setattr(_products, "VMAP_FRIENDLY_GRADIENT", False)
+
+
+def _loss(product):
+    def loss(w, x):
+        y = jax.vmap(lambda xi: product(xi, w))(x)
+        return jnp.sum(jnp.tanh(y) * jnp.arange(y.size, dtype=y.dtype).reshape(y.shape) / y.size)
+
+    return loss
+
+
+def test_matmul_equals_the_plain_product_with_gradients_under_vmap_in_float64():
+    with jax.enable_x64(True):
+        x = jax.random.normal(jax.random.PRNGKey(0), (3, 7, 5), jnp.float64)
+        w = jax.random.normal(jax.random.PRNGKey(1), (5, 4), jnp.float64)
+        ours = jax.jit(jax.value_and_grad(_loss(matmul), argnums=(0, 1)))(w, x)
+        plain = jax.value_and_grad(_loss(lambda a, b: a @ b), argnums=(0, 1))(w, x)
+        for got, want in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(plain)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-13, atol=1e-15)
+
+
+def test_matmul_with_bfloat16_operands_accumulates_in_float32_like_jnp_matmul():
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 9, 16)).astype(jnp.bfloat16)
+    w = jax.random.normal(jax.random.PRNGKey(1), (16, 8)).astype(jnp.bfloat16)
+
+    def plain(a, b):
+        return jnp.matmul(a, b, preferred_element_type=jnp.float32)
+
+    ours_y = matmul(x[0], w, jnp.float32)
+    assert ours_y.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(ours_y), np.asarray(plain(x[0], w)))
+    ours = jax.grad(_loss(lambda a, b: matmul(a, b, jnp.float32)), argnums=(0, 1))(w, x)
+    want = jax.grad(_loss(plain), argnums=(0, 1))(w, x)
+    for got, ref in zip(ours, want, strict=True):
+        assert got.dtype == ref.dtype == jnp.bfloat16
+        np.testing.assert_allclose(
+            np.asarray(got, np.float32), np.asarray(ref, np.float32), rtol=2e-2, atol=1e-2
+        )
+
+
+def test_matmul_rejects_operands_that_are_not_matrices():
+    # ValueError from matmul itself; the test session's jaxtyping hook (a TypeError) may
+    # reject the shape first.
+    with pytest.raises((ValueError, TypeError)):
+        matmul(jnp.ones((2, 3, 4)), jnp.ones((4, 5)))
+
+
+def _custom_vjp_calls(fn, *args) -> int:
+    return str(jax.make_jaxpr(fn)(*args)).count("custom_vjp_call")
+
+
+@pytest.mark.parametrize("switch", [True, False])
+def test_dense_ssm_and_pendulum_cnn_use_it_and_the_switch_turns_it_off(monkeypatch, switch):
+    monkeypatch.setattr(_products, "VMAP_FRIENDLY_GRADIENT", switch)
+    key = jax.random.PRNGKey(0)
+    dense = Dense(6, 4, key=key)
+    ssm = S5SSM(6, 8, J=2, key=key)
+    cnn = PendulumCNN(5, key=key)
+    u = jnp.ones((10, 6))
+    counts = {
+        "Dense": _custom_vjp_calls(lambda x: dense(x), u),
+        # sequential scan: no custom VJP of the scan's own, only the products'
+        "SSM": _custom_vjp_calls(
+            lambda x: apply_ssm(*ssm.discretized(), ssm.C_tilde(), ssm.D, x, method="sequential"),
+            u,
+        ),
+        "CNN": _custom_vjp_calls(lambda f: cnn.features(f), jnp.ones((3, 576))),
+    }
+    expected = {"Dense": 1, "SSM": 4, "CNN": 3} if switch else {"Dense": 0, "SSM": 0, "CNN": 0}
+    assert counts == expected
+
+
+def test_forward_mode_through_a_model_works_with_the_switch_off(plain_products):
+    """jax.jvp through Dense → SSM (sequential scan) → Dense equals the directional derivative
+    from reverse mode (float64); with the switch on, jvp is refused (a custom VJP)."""
+    with jax.enable_x64(True):
+        key = jax.random.PRNGKey(0)
+        enc = Dense(3, 6, dtype=jnp.float64, key=key)
+        ssm = S5SSM(6, 8, J=2, dtype=jnp.float64, key=jax.random.PRNGKey(1))
+        dec = Dense(6, 2, dtype=jnp.float64, key=jax.random.PRNGKey(2))
+
+        def f(x):
+            h = apply_ssm(*ssm.discretized(), ssm.C_tilde(), ssm.D, enc(x), method="sequential")
+            return jnp.sum(dec(h) ** 2)
+
+        x = jax.random.normal(jax.random.PRNGKey(3), (12, 3), jnp.float64)
+        v = jax.random.normal(jax.random.PRNGKey(4), (12, 3), jnp.float64)
+        _, tangent = jax.jvp(f, (x,), (v,))
+        np.testing.assert_allclose(float(tangent), float(jnp.vdot(jax.grad(f)(x), v)), rtol=1e-12)
+        _products.VMAP_FRIENDLY_GRADIENT = True  # restored by the fixture
+        with pytest.raises(TypeError, match="custom_vjp"):
+            jax.jvp(f, (x,), (v,))
