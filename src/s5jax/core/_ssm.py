@@ -402,14 +402,13 @@ def _ssm_planes(
 def _matvec_planes(u, M, matmul_dtype=None):
     """(Re, Im) of M u_k for every row u_k of real `u` (L, H) and complex `M` (P, H): two
     real (L, P) arrays."""
-    if matmul_dtype is not None:
-        acc = M.real.dtype
-        return (
-            _weight_product(u, M.real.T, matmul_dtype, acc),
-            _weight_product(u, M.imag.T, matmul_dtype, acc),
-        )
-    real = u.astype(M.real.dtype)
-    return matmul(real, M.real.T), matmul(real, M.imag.T)
+    acc = M.real.dtype
+    if matmul_dtype is None:
+        u = u.astype(acc)
+    return (
+        _weight_product(u, M.real.T, matmul_dtype, acc),
+        _weight_product(u, M.imag.T, matmul_dtype, acc),
+    )
 
 
 def _complex_matvecs(u, M, matmul_dtype=None):
@@ -420,12 +419,10 @@ def _complex_matvecs(u, M, matmul_dtype=None):
 def _project_planes(x_re, x_im, C, matmul_dtype=None):
     """Re(C x_k) for every row of x = `x_re` + i `x_im` (L, P) and complex `C` (H, P): real
     (L, H)."""
-    if matmul_dtype is not None:
-        acc = x_re.dtype
-        return _weight_product(x_re, C.real.T, matmul_dtype, acc) - _weight_product(
-            x_im, C.imag.T, matmul_dtype, acc
-        )
-    return matmul(x_re, C.real.T) - matmul(x_im, C.imag.T)
+    acc = x_re.dtype
+    return _weight_product(x_re, C.real.T, matmul_dtype, acc) - _weight_product(
+        x_im, C.imag.T, matmul_dtype, acc
+    )
 
 
 def _project(xs, C, matmul_dtype=None):
