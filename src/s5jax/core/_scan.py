@@ -10,9 +10,7 @@ Three ways to compute the same states:
   from their entry states, reading b and writing x in place in strided slices: no transposed
   copy of b or x (the sequential scan under `jax.vmap` makes two) and no L×P copy of a.
   Gradient by a custom VJP (the adjoint recurrence, same kernel); no forward-mode `jax.jvp`.
-  Work O(LP). `chunked_planes` is its one-chunk, time-invariant case on (Re, Im) planes,
-  which `apply_ssm` uses at P ≥ 128 so that an S5 layer's real products need no complex
-  packing.
+  Work O(LP).
 - `"pallas"` (opt-in, never chosen by `"auto"`): a fused Pallas kernel written for the
   Triton (GPU) backend, in `_pallas.py`: one program per block of lanes walks time in
   unrolled chunks with the state in registers; gradient by a custom VJP running the same
@@ -196,70 +194,6 @@ def _chunked_kernel(a, b, reverse, T):
     s_in = _chunk_carries(decay[last], h[last], reverse)
     xs = h + decay * s_in[None]
     return xs.transpose(1, 0, 2).reshape(N * T, P)[:L]
-
-
-def _planes_kernel(a_re, a_im, b_re, b_im, reverse):
-    """x for x_k = a x_{k∓1} + b_k with time-invariant complex a (P,), every complex value as
-    two real planes: one in-place loop over the L steps (the one-chunk case of
-    `_chunked_kernel`) that reads b and writes x in the same two buffers."""
-    L = b_re.shape[0]
-
-    def body(i, carry):
-        x_re, x_im, buf_re, buf_im = carry
-        t = L - 1 - i if reverse else i
-        u_re = jax.lax.dynamic_index_in_dim(buf_re, t, axis=0, keepdims=False)
-        u_im = jax.lax.dynamic_index_in_dim(buf_im, t, axis=0, keepdims=False)
-        x_re, x_im = a_re * x_re - a_im * x_im + u_re, a_re * x_im + a_im * x_re + u_im
-        buf_re = jax.lax.dynamic_update_index_in_dim(buf_re, x_re, t, axis=0)
-        buf_im = jax.lax.dynamic_update_index_in_dim(buf_im, x_im, t, axis=0)
-        return x_re, x_im, buf_re, buf_im
-
-    zero = jnp.zeros(b_re.shape[1:], b_re.dtype)
-    _, _, x_re, x_im = jax.lax.fori_loop(0, L, body, (zero, zero, b_re, b_im))
-    return x_re, x_im
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def chunked_planes(a_re, a_im, b_re, b_im, reverse=False):
-    """The `"chunked"` scan for a time-invariant complex decay, on real planes.
-
-    x_k = a ⊙ x_{k−1} + b_k (x_{k+1} with `reverse`) with a = a_re + i a_im (P,) and
-    b = b_re + i b_im (L, P); returns (Re x, Im x). Same states as `linear_recurrence(a, b,
-    method="chunked")` for L ≤ `CHUNK_SIZE`, without packing B̄u into a complex array or
-    unpacking x for C̃x (an S5 layer's products are real, `s5jax.core._ssm`): on the 2-core
-    AMD EPYC, one bidirectional layer's forward+backward (batch 8, L 4096, H 128, P 128)
-    took 364 ms against 422 ms on complex arrays (2026-11-26, medians of 5 interleaved), but
-    it is slower at small P (`s5jax.core._ssm.PLANES_MIN_P`).
-    Gradient by a custom VJP: the adjoint recurrence λ_k = g_k + conj(a) λ_{k±1} by the same
-    loop, b̄ = λ, ā = Σ_k conj(x_{k∓1}) λ_k in planes; no forward-mode `jax.jvp`.
-    """
-    return _planes_kernel(a_re, a_im, b_re, b_im, reverse)
-
-
-def _chunked_planes_fwd(a_re, a_im, b_re, b_im, reverse):
-    x_re, x_im = _planes_kernel(a_re, a_im, b_re, b_im, reverse)
-    return (x_re, x_im), (a_re, a_im, x_re, x_im)
-
-
-def _chunked_planes_bwd(reverse, residuals, g):
-    # Real form of the forward step: (x_re, x_im) ← [[a_re, −a_im], [a_im, a_re]] x + b. Its
-    # transpose is multiplication by conj(a), so the adjoint runs the same loop the other
-    # way with (a_re, −a_im); ∂a_re = Σ λ·x_prev (both planes), ∂a_im = Σ λ_im x_re − λ_re x_im.
-    a_re, a_im, x_re, x_im = residuals
-    g_re, g_im = g
-    l_re, l_im = _planes_kernel(a_re, -a_im, g_re, g_im, not reverse)
-
-    def previous(x):  # x_{k−1} (x_{k+1} with reverse), zero before the first step
-        zero = jnp.zeros_like(x[:1])
-        return jnp.concatenate([x[1:], zero]) if reverse else jnp.concatenate([zero, x[:-1]])
-
-    p_re, p_im = previous(x_re), previous(x_im)
-    a_re_bar = jnp.sum(l_re * p_re + l_im * p_im, axis=0)
-    a_im_bar = jnp.sum(l_im * p_re - l_re * p_im, axis=0)
-    return a_re_bar, a_im_bar, l_re, l_im
-
-
-chunked_planes.defvjp(_chunked_planes_fwd, _chunked_planes_bwd)
 
 
 def _chunk_carries(a_chunk, h_end, reverse):

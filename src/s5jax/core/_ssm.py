@@ -8,8 +8,10 @@ Bidirectional: a second scan in reverse over the same elements,
 x'_k = Σ_{j≥k} Λ̄^{j−k} B̄ u_j, and y_k = f · Re(C_fwd x_k + C_bwd x'_k) + D ⊙ u_k,
 where C̃ = [C_fwd | C_bwd] has shape (H, 2P).
 
-Complex products with real operands are done as real matrix products (B̃u = u B_reᵀ + i u B_imᵀ,
-Re(C̃x) = x_re C_reᵀ − x_im C_imᵀ): cheaper than complex matmuls and free of dtype promotion.
+Complex products with real operands are done as real matrix products, one per side of the
+recurrences: [Re B̃u | Im B̃u] = u [B_reᵀ | B_imᵀ] and Re(C̃x) = [x_re | x_im] [C_reᵀ; −C_imᵀ]
+(both directions' states side by side in one product when bidirectional): cheaper than complex
+matmuls, free of dtype promotion, and each (L, H) array is read or written once.
 
 Two ways to compute y (the `method` argument): a scan method of `linear_recurrence`
 (`"sequential"`, `"parallel"`, `"chunked"`, …) on complex (L, P) arrays, or `"fused"`: B̃u, the
@@ -31,7 +33,7 @@ from jaxtyping import Array, Bool, Complex, Float
 
 from ._discretize import discretize, get_coefficients
 from ._products import matmul
-from ._scan import CHUNK_SIZE, SCAN_METHODS, chunked_planes, linear_recurrence, resolve_scan_method
+from ._scan import SCAN_METHODS, linear_recurrence, resolve_scan_method
 
 __all__ = [
     "FUSED_BLOCK",
@@ -79,17 +81,6 @@ fp32 steps with `"auto"`, in another run: 1,568, 1,250, 545, 783 ms). The 6-laye
 (`benchmarks/layer.py --efficiency --precision bf16`): fp32 fused 1,535 / chunked 1,521 ms,
 bf16 fused 1,172 / chunked 1,776 ms. On CPUs without bfloat16 arithmetic, bf16 is slower
 than fp32 either way (`docs/performance.md`)."""
-
-
-PLANES_MIN_P = 128
-"""`"chunked"` with a time-invariant Λ̄, no resets and L ≤ `CHUNK_SIZE` runs on real
-(Re, Im) planes (`_scan.chunked_planes`) from this many stored states per direction up, on
-complex arrays below. One bidirectional layer's forward+backward on the 2-core AMD EPYC
-(2026-11-26, medians of 7 interleaved, complex / planes ms): P 8: 55.6 / 62.5, P 16:
-62.5 / 74.5, P 32: 76.0 / 90.4, P 64: 113.3 / 111.6 (batch 8, L 2048, H 128); P 96: 242.9 /
-234.9 (batch 4, L 4096, H 256); P 128: 216.7 / 189.9 (batch 8, L 2048), 57.5 / 58.7 (batch
-4, L 1024, H 192), 105.2 / 96.3 (batch 2, L 4000); P 192: 180.4 / 165.3 (batch 4, L 1024,
-H 512)."""
 
 
 def resolve_ssm_method(method: str, *, states: int | None = None, matmul_dtype=None) -> str:
@@ -186,12 +177,6 @@ def _apply(
                 return_state=return_state, matmul_dtype=matmul_dtype,
             )  # fmt: skip
         method = resolve_ssm_method("auto")
-    planes = resets is None and u.shape[0] <= CHUNK_SIZE and Lambda_bar.shape[0] >= PLANES_MIN_P
-    if method == "chunked" and planes:
-        return _ssm_planes(
-            Lambda_bar, B_bar, C_tilde, D, u, conj_sym=conj_sym, bidirectional=bidirectional,
-            initial_state=initial_state, return_state=return_state, matmul_dtype=matmul_dtype,
-        )  # fmt: skip
     Bu = _complex_matvecs(u, B_bar, matmul_dtype)
     return _ssm_from_elements(
         Lambda_bar, Bu, Lambda_bar, Bu, C_tilde, D, u,
@@ -357,8 +342,7 @@ def _ssm_from_elements(
         if resets is not None:
             resets_bwd = jnp.concatenate([jnp.asarray(resets)[1:], jnp.zeros((1,), jnp.bool_)])
         xs_b, _ = linear_recurrence(Lambda_b, Bu_b, reverse=True, resets=resets_bwd, method=method)
-        mm = matmul_dtype
-        y = _project(xs, C_tilde[:, :P], mm) + _project(xs_b, C_tilde[:, P:], mm)
+        y = _project_states((xs, xs_b), C_tilde, matmul_dtype)
     else:
         y = _project(xs, C_tilde, matmul_dtype)
     if matmul_dtype is not None:  # the feed-through in the state's real dtype
@@ -367,67 +351,39 @@ def _ssm_from_elements(
     return (y, final) if return_state else y
 
 
-def _ssm_planes(
-    Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional, initial_state, return_state,
-    matmul_dtype=None,
-):  # fmt: skip
-    """`_ssm_from_elements` for the `"chunked"` scan with a time-invariant Λ̄, no resets and
-    at least `PLANES_MIN_P` states, on real planes (`_scan.chunked_planes`): B̄u, the
-    recurrences and C̃x without packing into or unpacking from complex (L, P) arrays. The
-    same numbers as the complex path."""
-    C_tilde, D = jnp.asarray(C_tilde), jnp.asarray(D)
-    H, P = u.shape[1], Lambda_bar.shape[0]
-    _check_c_d(C_tilde, D, P, H, bidirectional=bidirectional)
-    _check_initial_state(initial_state, bidirectional)
-    a_re, a_im = Lambda_bar.real, Lambda_bar.imag
-    b_re, b_im = _matvec_planes(u, B_bar, matmul_dtype)
-    f_re, f_im = b_re, b_im
-    if initial_state is not None:  # fold x_init into the first input: b_0 + Λ̄ x_init
-        x0 = jnp.asarray(initial_state, Lambda_bar.dtype)
-        first = Lambda_bar * x0
-        f_re, f_im = b_re.at[0].add(first.real), b_im.at[0].add(first.imag)
-    x_re, x_im = chunked_planes(a_re, a_im, f_re, f_im, False)
-    y = _project_planes(x_re, x_im, C_tilde[:, :P], matmul_dtype)
-    if bidirectional:
-        z_re, z_im = chunked_planes(a_re, a_im, b_re, b_im, True)
-        y = y + _project_planes(z_re, z_im, C_tilde[:, P:], matmul_dtype)
-    if matmul_dtype is not None:  # the feed-through in the state's real dtype
-        u = u.astype(y.dtype)
-    y = _scale(y, conj_sym) + D[None, :] * u
-    if return_state:
-        return y, jax.lax.complex(x_re[-1], x_im[-1])
-    return y
-
-
-def _matvec_planes(u, M, matmul_dtype=None):
-    """(Re, Im) of M u_k for every row u_k of real `u` (L, H) and complex `M` (P, H): two
-    real (L, P) arrays."""
+def _complex_matvecs(u, M, matmul_dtype=None):
+    """M u_k for every row u_k of real `u` (L, H) and complex `M` (P, H): complex (L, P), by
+    one product u @ [Re Mᵀ | Im Mᵀ] (u is read once; see `_project_states`)."""
     acc = M.real.dtype
     if matmul_dtype is None:
         u = u.astype(acc)
-    return (
-        _weight_product(u, M.real.T, matmul_dtype, acc),
-        _weight_product(u, M.imag.T, matmul_dtype, acc),
-    )
-
-
-def _complex_matvecs(u, M, matmul_dtype=None):
-    """M u_k for every row u_k of real `u` (L, H) and complex `M` (P, H): complex (L, P)."""
-    return jax.lax.complex(*_matvec_planes(u, M, matmul_dtype))
-
-
-def _project_planes(x_re, x_im, C, matmul_dtype=None):
-    """Re(C x_k) for every row of x = `x_re` + i `x_im` (L, P) and complex `C` (H, P): real
-    (L, H)."""
-    acc = x_re.dtype
-    return _weight_product(x_re, C.real.T, matmul_dtype, acc) - _weight_product(
-        x_im, C.imag.T, matmul_dtype, acc
-    )
+    P = M.shape[0]
+    W = jnp.concatenate([M.real.T, M.imag.T], axis=1)
+    b = _weight_product(u, W, matmul_dtype, acc)
+    return jax.lax.complex(b[:, :P], b[:, P:])
 
 
 def _project(xs, C, matmul_dtype=None):
     """Re(C x_k) for every row of complex `xs` (L, P) and complex `C` (H, P): real (L, H)."""
-    return _project_planes(xs.real, xs.imag, C, matmul_dtype)
+    return _project_states((xs,), C, matmul_dtype)
+
+
+def _project_states(xs, C, matmul_dtype=None):
+    """Σ_d Re(C_d x_{d,k}) for complex states `xs` = (x_1, …, x_n), each (L, P), and complex
+    `C` = [C_1 … C_n] (H, nP), as one product [Re x_1 … Re x_n | Im x_1 … Im x_n] @
+    [Re Cᵀ; −Im Cᵀ]: real (L, H).
+
+    One product instead of 2n: each writes or (backward) reads an (L, H) array, which costs
+    more than the product itself when P is small. On a 2-core Intel Xeon (2026-11-27, medians
+    of 21 interleaved, `"chunked"`, forward+backward under `jax.vmap`), this and the one
+    product of `_complex_matvecs` took a bidirectional SSM at ListOps' shape (batch 8, L 2048,
+    H 128, P 8) from 19.5 to 12.0 ms, and a unidirectional one at sMNIST's (batch 8, L 784,
+    H 96, P 64) from 9.6 to 7.7 ms.
+    """
+    acc = xs[0].real.dtype
+    X = jnp.concatenate([x.real for x in xs] + [x.imag for x in xs], axis=1)
+    W = jnp.concatenate([C.real.T, -C.imag.T], axis=0)
+    return _weight_product(X, W, matmul_dtype, acc)
 
 
 def _matmul(a, b, matmul_dtype, acc_dtype):
