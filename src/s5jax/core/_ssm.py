@@ -358,9 +358,18 @@ def _complex_matvecs(u, M, matmul_dtype=None):
     if matmul_dtype is None:
         u = u.astype(acc)
     P = M.shape[0]
-    W = jnp.concatenate([M.real.T, M.imag.T], axis=1)
-    b = _weight_product(u, W, matmul_dtype, acc)
+    b = _weight_product(u, _input_weight(M), matmul_dtype, acc)
     return jax.lax.complex(b[:, :P], b[:, P:])
+
+
+def _input_weight(M):
+    """[Re Mᵀ | Im Mᵀ] (H, 2P) for complex `M` (P, H): u @ it = [Re(Mu) | Im(Mu)] row-wise."""
+    return jnp.concatenate([M.real.T, M.imag.T], axis=1)
+
+
+def _output_weight(C):
+    """[Re Cᵀ; −Im Cᵀ] (2nP, H) for complex `C` (H, nP): [Re x | Im x] @ it = Re(C x)."""
+    return jnp.concatenate([C.real.T, -C.imag.T], axis=0)
 
 
 def _project(xs, C, matmul_dtype=None):
@@ -382,8 +391,7 @@ def _project_states(xs, C, matmul_dtype=None):
     """
     acc = xs[0].real.dtype
     X = jnp.concatenate([x.real for x in xs] + [x.imag for x in xs], axis=1)
-    W = jnp.concatenate([C.real.T, -C.imag.T], axis=0)
-    return _weight_product(X, W, matmul_dtype, acc)
+    return _weight_product(X, _output_weight(C), matmul_dtype, acc)
 
 
 def _matmul(a, b, matmul_dtype, acc_dtype):
@@ -894,9 +902,9 @@ def _apply_fused(Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional,
     f = 2.0 if conj_sym else 1.0
 
     def output_weight(C):  # f·Re(C x) = [Re x | Im x] @ f·[Re Cᵀ; −Im Cᵀ]
-        return (f * jnp.concatenate([C.real.T, -C.imag.T], axis=0)).astype(dtype)
+        return (f * _output_weight(C)).astype(dtype)
 
-    W_B = jnp.concatenate([B_bar.real.T, B_bar.imag.T], axis=1).astype(dtype)
+    W_B = _input_weight(B_bar).astype(dtype)
     a = jnp.stack([Lambda_bar.real, Lambda_bar.imag]).astype(dtype)
     W_Cf = output_weight(C_tilde[:, :P])
     W_Cb = output_weight(C_tilde[:, P:]) if bidirectional else None
