@@ -20,6 +20,7 @@ faults of every timed call (`getrusage`), so a JSON shows which regime a figure 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -145,6 +146,16 @@ def time_blocked(
             jax.block_until_ready(fn())
             calls[name].extend(_timed_call(fn) for _ in range(per_round))
     return _summary(calls)
+
+
+def out_name(value: str) -> str:
+    """argparse type of `--out`: a bare name for `results/<name>-<cpu|gpu>.json`, checked
+    before the benchmark runs (a path would only fail when the results are written)."""
+    if not value or "/" in value or "\\" in value or value.startswith("."):
+        raise argparse.ArgumentTypeError(
+            f"a bare name for results/<OUT>-<cpu|gpu>.json (no folder), got {value!r}"
+        )
+    return value
 
 
 def write_json(name: str, payload: dict) -> Path:

@@ -42,6 +42,14 @@ and against the float32 floor. `--block T` sets
 `core._ssm.FUSED_BLOCK` (steps per block of the fused path) before anything is traced.
 `--efficiency` times only those stacks and the floors (no baseline, no other methods).
 
+PASS FLOOR: a stack whose recurrences run apart from its products (`"chunked"`) also moves the
+(B, L, P) complex states through memory: per layer, each direction's recurrence reads B̄u and
+writes x, its adjoint reads ∂x and writes λ, and ∂Λ̄ = Σ λ x reads both (four passes and two
+two-array reductions). Those passes are timed alone as plain jitted elementwise ops in the same
+run (`pass_floor_fns`) and reported as a second floor: stack / (GEMM floor + pass floor) says
+how close the stack is to what that design can reach on the host, where stack / GEMM floor
+(the issue's target) says how close it is to its products alone.
+
     .venv/bin/python benchmarks/layer.py [--quick] [--timing blocked|interleaved]
 """
 
@@ -53,7 +61,14 @@ import functools
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from _common import device_info, print_table, time_blocked, time_interleaved, write_json
+from _common import (
+    device_info,
+    out_name,
+    print_table,
+    time_blocked,
+    time_interleaved,
+    write_json,
+)
 
 from s5jax import core, nn
 from s5jax.core import _ssm
@@ -153,6 +168,29 @@ def gemm_floor_fns(batch, L, H, P_stored, dtype):
     }
 
 
+def pass_floor_fns(batch, L, P_stored):
+    """The passes over the (B, L, P) complex states that an SSM whose recurrences run apart
+    from its products cannot avoid (module docstring, PASS FLOOR), each timed alone as one
+    jitted elementwise pass: `pass` reads one complex (B, L, P) array and writes one, as a
+    recurrence does; `reduce` reads two and sums their product over B and L, as ∂Λ̄ does."""
+    k = jax.random.split(jax.random.PRNGKey(3), 3)
+    shape = (batch, L, P_stored)
+    x, y = (jax.lax.complex(jax.random.normal(q, shape), jax.random.normal(q, shape)[..., ::-1])
+            for q in k[:2])  # fmt: skip
+    s = jnp.exp(1j * jax.random.uniform(k[2], (P_stored,))).astype(jnp.complex64)
+    one_pass = jax.jit(lambda x: s * x + 1.0)
+    reduce = jax.jit(lambda x, y: jnp.sum(x * y, axis=(0, 1)))
+    return {
+        "pass (B,L,P)": functools.partial(one_pass, x),
+        "reduce (B,L,P)x2": functools.partial(reduce, x, y),
+    }
+
+
+PASSES_PER_LAYER = {"pass (B,L,P)": 4, "reduce (B,L,P)x2": 2}
+"""Per bidirectional layer: each direction's recurrence forward and its adjoint backward (one
+read and one write each), and each direction's ∂Λ̄ = Σ λ x (two reads)."""
+
+
 def ours_step(model, u):
     def loss(m):
         return jnp.mean(jax.vmap(m)(u) ** 2)
@@ -220,27 +258,38 @@ def time_efficiency(args, u, timed, key, fp32_stacks=None):
         dtype = jnp.bfloat16 if prec == "bf16" else jnp.float32
         fns |= {f"floor {prec}: {k}": f for k, f in gemm_floor_fns(
             batch, L, H, P_full // 2, dtype).items()}  # fmt: skip
+    fns |= {f"passes: {k}": f for k, f in pass_floor_fns(batch, L, P_full // 2).items()}
     times = timed(fns)
     floors = {
         prec: 3 * args.layers * sum(
             v["median_s"] for k, v in times.items() if k.startswith(f"floor {prec}:"))
         for prec in precisions
     }  # fmt: skip
+    floors["passes"] = args.layers * sum(
+        n * times[f"passes: {k}"]["median_s"] for k, n in PASSES_PER_LAYER.items()
+    )
     rows = []
     for prec in precisions:
         for m in methods:
             t = times[f"{m} {prec}/{args.layers} layers"]["median_s"]
             rows.append({"what": f"{m} {prec}, {args.layers} layers", "method": m, "ms": t * 1e3,
                          "floor_ms": floors[prec] * 1e3, "efficiency": t / floors[prec],
-                         "vs_fp32_floor": t / floors["fp32"]})  # fmt: skip
+                         "vs_fp32_floor": t / floors["fp32"],
+                         "passes_ms": floors["passes"] * 1e3,
+                         "vs_floor_and_passes": t / (floors[prec] + floors["passes"])})  # fmt: skip
     return rows, times, floors
 
 
 def print_efficiency(rows):
-    print("efficiency: stack fwd+bwd / GEMM floor (its nine products per layer alone)")
+    print(
+        "efficiency: stack fwd+bwd / GEMM floor (its nine products per layer alone); pass "
+        "floor: its recurrences' unavoidable passes over the states, when run apart"
+    )
     print_table(rows, [("what", "stack", "s"), ("ms", "median ms", ".1f"),
                        ("floor_ms", "floor ms", ".1f"), ("efficiency", "stack / floor", ".2f"),
-                       ("vs_fp32_floor", "/ fp32 floor", ".2f")])  # fmt: skip
+                       ("vs_fp32_floor", "/ fp32 floor", ".2f"),
+                       ("passes_ms", "pass floor ms", ".1f"),
+                       ("vs_floor_and_passes", "/ (floor + passes)", ".2f")])  # fmt: skip
 
 
 def efficiency_only(args):
@@ -261,7 +310,7 @@ def efficiency_only(args):
           f"{_ssm._block_size(L)}, timing {args.timing}, {repeats} rounds")  # fmt: skip
     print_efficiency(rows)
     tag = f"layer-efficiency-{args.precision}" + (f"-block{args.block}" if args.block else "")
-    path = write_json(tag, {
+    path = write_json(args.out or tag, {
         "benchmark": "layer --efficiency", "quick": args.quick, "device": info,
         "cpu_flags_bf16": _bf16_flags(), "repeats": repeats, "timing": args.timing,
         "per_round": args.per_round if args.timing == "blocked" else None,
@@ -319,6 +368,11 @@ def main():
     parser.add_argument(
         "--efficiency-methods", default="fused,chunked",
         help="SSM methods whose stack is set against the GEMM floor, comma-separated",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", default=None, type=out_name,
+        help="results/<OUT>-<cpu|gpu>.json (default layer, or with --efficiency "
+             "layer-efficiency-<precision>[-block<T>])",
     )  # fmt: skip
     args = parser.parse_args()
     args.efficiency_methods = tuple(
@@ -423,7 +477,7 @@ def main():
         times[f"baseline/{stack_tag}"]["median_s"] / times[f"ours-{best}/{stack_tag}"]["median_s"]
     )
     print(f"{stack_tag}: baseline / ours ({best}) = {ratio:.2f} (target >= 5)")
-    path = write_json("layer", {
+    path = write_json(args.out or "layer", {
         "benchmark": "layer", "quick": args.quick, "device": info, "repeats": repeats,
         "timing": args.timing, "per_round": args.per_round if args.timing == "blocked" else None,
         "model_note": "layer = u + GELU(S5SSM(u)), no norm/dropout, ours and baseline alike",

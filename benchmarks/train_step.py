@@ -51,7 +51,7 @@ import baseline_model as base
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from _common import device_info, print_table, time_interleaved, write_json
+from _common import device_info, out_name, print_table, time_interleaved, write_json
 
 from s5jax.config import load_experiment
 from s5jax.core import SCAN_METHODS, resolve_scan_method
@@ -291,7 +291,9 @@ def main() -> None:
         "--precision", choices=("fp32", "bf16"), default="fp32",
         help="our model's model.precision (bf16: bfloat16 products); the baseline stays fp32",
     )  # fmt: skip
-    parser.add_argument("--out", default="train-step", help="results/<OUT>-<cpu|gpu>.json")
+    parser.add_argument(
+        "--out", default="train-step", type=out_name, help="results/<OUT>-<cpu|gpu>.json"
+    )
     args = parser.parse_args()
     tasks, methods = parse_configs_and_methods(parser, args)
     if args.repeats < 1:

@@ -28,7 +28,7 @@ import argparse
 import time
 
 import jax
-from _common import device_info, print_table, write_json
+from _common import device_info, out_name, print_table, write_json
 from train_step import (
     TASKS,
     auto_method,
@@ -61,7 +61,9 @@ def main() -> None:
     parser.add_argument("--methods", default="chunked,fused,auto")
     parser.add_argument("--batch", type=int, default=None, help="cap on every config's batch")
     parser.add_argument("--length", type=int, default=None, help="cap on every sequence length")
-    parser.add_argument("--out", default="train-step-memory", help="results/<OUT>-<cpu|gpu>.json")
+    parser.add_argument(
+        "--out", default="train-step-memory", type=out_name, help="results/<OUT>-<cpu|gpu>.json"
+    )
     args = parser.parse_args()
     tasks, methods = parse_configs_and_methods(parser, args)
     info = device_info()
