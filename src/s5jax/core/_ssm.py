@@ -79,8 +79,12 @@ chunked), whole training step in bf16, chunked / fused ms: Text 2,132 / 1,670, I
 1,089, Pathfinder 430 / 325, sCIFAR 606 / 464 (fused 1.27–1.34× faster on all four; the
 fp32 steps with `"auto"`, in another run: 1,568, 1,250, 545, 783 ms). The 6-layer stack alone
 (`benchmarks/layer.py --efficiency --precision bf16`): fp32 fused 1,535 / chunked 1,521 ms,
-bf16 fused 1,172 / chunked 1,776 ms. On CPUs without bfloat16 arithmetic, bf16 is slower
-than fp32 either way (`docs/performance.md`)."""
+bf16 fused 1,172 / chunked 1,776 ms. After the one-product-per-side change (same host,
+2026-11-27, `--methods chunked,fused --precision bf16`) the two paths' bf16 steps were a tie
+(chunked / fused ms: Text 1,111 / 1,202, Image 936 / 888, Pathfinder 324 / 335, sCIFAR
+496 / 514; the 6-layer stack: bf16 fused 1,250, chunked 1,296 ms); fused stays, for its lower
+memory. On CPUs without bfloat16 arithmetic, bf16 is slower than fp32 either way
+(`docs/performance.md`)."""
 
 
 def resolve_ssm_method(method: str, *, states: int | None = None, matmul_dtype=None) -> str:
