@@ -2,6 +2,7 @@
 argparse's one-line error (exit 2) and nothing is written, instead of a traceback when the
 results are written at the end of a long run."""
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,6 @@ from _common import out_name  # noqa: E402
 
 @pytest.mark.parametrize("bad", ["/tmp/x", "sub/x", "..", ".hidden", ""])
 def test_out_name_refuses_paths(bad):
-    import argparse
-
     with pytest.raises(argparse.ArgumentTypeError, match="bare name"):
         out_name(bad)
 
