@@ -7,6 +7,8 @@ switch off), and the switch itself: forward-mode autodiff through a model works 
 `VMAP_FRIENDLY_GRADIENT = False` and agrees with reverse mode.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,6 +59,98 @@ def test_matmul_with_bfloat16_operands_accumulates_in_float32_like_jnp_matmul():
         np.testing.assert_allclose(
             np.asarray(got, np.float32), np.asarray(ref, np.float32), rtol=2e-2, atol=1e-2
         )
+
+
+@pytest.mark.parametrize("rows", [1, 7, 12, 34, 48])
+def test_rows_to_columns_is_the_transpose(rows):
+    a = jax.random.normal(jax.random.PRNGKey(rows), (rows, 5)).astype(jnp.bfloat16)
+    got = _products._rows_to_columns(a)
+    assert got.shape == (5, rows) and got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(a, np.float32).T)
+
+
+def _bf16(x) -> np.ndarray:
+    """x rounded to bfloat16, as float64 (the exact value the bfloat16 products read)."""
+    return np.asarray(jnp.asarray(x).astype(jnp.bfloat16), np.float64)
+
+
+@pytest.mark.parametrize("rows", [9, 16])
+def test_mixed_precision_gradient_is_the_bfloat16_rounded_cotangent_times_the_operands(rows):
+    """Under vmap, as in training: ∂a = bf16(g) bᵀ and ∂w = Σ_batch aᵀ bf16(g), computed in
+    float64 from the bfloat16 values and rounded to bfloat16 (the operands' dtype). ∂a matches
+    bit for bit almost everywhere (float32 accumulation of 16 exact bfloat16 products), where
+    JAX's product of the float32 cotangent, rounded the same way, matches only about 60 %."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, rows, 16)).astype(jnp.bfloat16)
+    w = jax.random.normal(jax.random.PRNGKey(1), (16, 8)).astype(jnp.bfloat16)
+    g = jax.random.normal(jax.random.PRNGKey(2), (3, rows, 8), jnp.float32)
+
+    def f(w, x):
+        return jax.vmap(lambda xi: matmul(xi, w, jnp.float32))(x)
+
+    y, vjp = jax.vjp(jax.jit(f), w, x)
+    assert y.dtype == jnp.float32
+    dw, dx = vjp(g)
+    assert dw.dtype == dx.dtype == jnp.bfloat16
+    xs, ws, gs = (np.asarray(v, np.float64) for v in (x, w, g))
+    gb = _bf16(gs)
+    dx = np.asarray(dx, np.float64)
+    want_dx = _bf16(gb @ ws.T)
+    np.testing.assert_allclose(dx, want_dx, rtol=2**-8)  # everywhere within one rounding
+    assert np.mean(dx == want_dx) >= 0.95
+    assert np.mean(dx == _bf16(gs @ ws.T)) < 0.8  # the check above can tell them apart
+    # ∂w: per-example products summed over the batch (XLA may sum before rounding); within
+    # one bfloat16 rounding of each example's product and of the sum
+    per_example = np.einsum("blk,bln->bkn", xs, gb)
+    want_dw = per_example.sum(0)
+    slack = 2**-8 * (np.abs(per_example).sum(0) + np.abs(want_dw)) + 1e-6
+    assert np.all(np.abs(np.asarray(dw, np.float64) - want_dw) <= slack)
+
+
+def test_mixed_precision_gradient_switch_gives_jax_float32_gradient_products(monkeypatch):
+    monkeypatch.setattr(_products, "REDUCED_PRECISION_GRADIENT", False)
+    x = jax.random.normal(jax.random.PRNGKey(0), (9, 16)).astype(jnp.bfloat16)
+    w = jax.random.normal(jax.random.PRNGKey(1), (16, 8)).astype(jnp.bfloat16)
+    g = jax.random.normal(jax.random.PRNGKey(2), (9, 8), jnp.float32)
+
+    def plain(a, b):
+        return jnp.matmul(a, b, preferred_element_type=jnp.float32)
+
+    ours = jax.vjp(lambda a, b: matmul(a, b, jnp.float32), x, w)[1](g)
+    want = jax.vjp(plain, x, w)[1](g)
+    for got, ref in zip(ours, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(ref, np.float32))
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA's CPU lowering")
+def test_mixed_precision_gradient_products_compile_to_bfloat16_products():
+    """On CPU the compiled backward pass multiplies bfloat16 arrays: XLA converts no operand
+    of a product to float32 (it does for JAX's own gradient of the weight, whose transposed
+    operand the bfloat16 kernels cannot take)."""
+    x = jnp.ones((4, 256, 64), jnp.bfloat16)
+    w = jnp.ones((64, 32), jnp.bfloat16)
+
+    def f32_operands() -> int:
+        """Matrix products in the compiled program with a float32 operand (a new function
+        each call: JAX caches traces by function, and the switch is read when tracing)."""
+
+        def grads(w, x):
+            def loss(w, x):
+                return jnp.sum(jax.vmap(lambda xi: matmul(xi, w, jnp.float32))(x) ** 2)
+
+            return jax.grad(loss, argnums=(0, 1))(w, x)
+
+        hlo = jax.jit(grads).lower(w, x).compile().as_text()
+        types = dict(re.findall(r"%([\w.-]+) = (\w+)\[", hlo))
+        dots = re.findall(r" dot\(%([\w.-]+), %([\w.-]+)\)", hlo)
+        assert dots, "no matrix product found in the compiled program"
+        return sum(types[a] == "f32" or types[b] == "f32" for a, b in dots)
+
+    assert f32_operands() == 0
+    _products.REDUCED_PRECISION_GRADIENT = False
+    try:
+        assert f32_operands() > 0  # the check can fail: JAX's gradient products are
+    finally:  # float32 ones
+        _products.REDUCED_PRECISION_GRADIENT = True
 
 
 def test_matmul_rejects_operands_that_are_not_matrices():
