@@ -24,7 +24,9 @@ SSM's matrix products B̄u and C̃x, the feed-through and everything else kept, 
 path computes them): baseline / that is the largest ratio any scan, however fast, could give
 with our products (`scan_ceiling`). `--precision bf16` builds ours with `model.precision =
 "bf16"` (bfloat16 matrix products, float32 accumulation, parameters and state; every variant
-of ours), the baseline staying float32 as the authors' code is.
+of ours), the baseline staying float32 as the authors' code is; `--precision fp32,bf16` times
+ours in each precision in the same interleaved run (variants `ours[<method>/<precision>]`,
+every method in every precision; `--ceiling` and `--no-scan` in the first precision).
 
 `--methods auto,fused,chunked` times our step once per SSM method (`model.scan_method`; default
 `auto`, what `s5jax train` runs) in the same interleaved run, each against the same baseline:
@@ -36,7 +38,7 @@ shapes everywhere). The JSON and the table record the shapes used and the paper'
 
     .venv/bin/python benchmarks/train_step.py [--configs listops,text,...] [--repeats N]
         [--batch N] [--length N] [--paper] [--methods auto,fused,...] [--ceiling] [--no-scan]
-        [--precision fp32|bf16]
+        [--precision fp32|bf16|fp32,bf16]
 """
 
 from __future__ import annotations
@@ -161,6 +163,31 @@ def auto_method(task: str, s: dict, precision: str = "fp32") -> tuple[str, int]:
     return resolve_ssm_method("auto", states=states, matmul_dtype=mm), states
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def parse_precisions(parser, value: str) -> tuple[str, ...]:
+    """`--precision` as a tuple of distinct names, each checked (`parser.error` otherwise)."""
+    names = tuple(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
+    if not names or any(p not in PRECISIONS for p in names):
+        parser.error(f"--precision: each must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    return names
+
+
+def variant_name(method: str, precision: str, methods, precisions) -> str:
+    """The timing key of ours for one method and precision: `"ours"` when it is the only
+    variant, `"ours[<method>]"` with one precision, else `"ours[<method>/<precision>]"`."""
+    if len(precisions) == 1:
+        return "ours" if len(methods) == 1 else f"ours[{method}]"
+    return f"ours[{method}/{precision}]"
+
+
+def variant_label(method: str, precision: str, precisions) -> str:
+    """The key of one variant in a row's `methods` (the method, with its precision when
+    several are timed)."""
+    return method if len(precisions) == 1 else f"{method}/{precision}"
+
+
 def parse_configs_and_methods(parser, args) -> tuple[list[str], tuple[str, ...]]:
     """`--configs` and `--methods` as lists, each name checked (`parser.error` otherwise)."""
     tasks = [t.strip() for t in args.configs.split(",") if t.strip()]
@@ -228,17 +255,24 @@ def _tracing(name: str):
 
 
 def build(task: str, s: dict, methods=("auto",), ceiling=False, no_scan=False, precision="fp32"):
-    """`{name: zero-argument callable}` for ours (`"ours"`, or `"ours[<method>]"` per SSM
-    method when several), the baseline and the `ceiling`/`no_scan` variants, and the compile
-    seconds. `precision` is our model's `model.precision` (the baseline is float32)."""
-    cfg = load_experiment(task)
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, precision=precision))
+    """`{name: zero-argument callable}` for ours (one per SSM method and precision, named by
+    `variant_name`), the baseline and the `ceiling`/`no_scan` variants, and the compile
+    seconds. `precision` is our model's `model.precision`, or a tuple of them (the baseline is
+    float32; `ceiling`/`no_scan` use the first)."""
+    precisions = (precision,) if isinstance(precision, str) else tuple(precision)
+    base_cfg = load_experiment(task)
     batch = random_batch(task, s, jax.random.PRNGKey(1))
     key = jax.random.PRNGKey(2)
     fns = {}
-    for method in methods:
-        name = "ours" if len(methods) == 1 else f"ours[{method}]"
-        fns[name], model, state = _ours(cfg, s, batch, key, method)
+    first = None
+    for p in precisions:
+        model_cfg = dataclasses.replace(base_cfg.model, precision=p)
+        cfg_p = dataclasses.replace(base_cfg, model=model_cfg)
+        for method in methods:
+            name = variant_name(method, p, methods, precisions)
+            fns[name], model_p, state_p = _ours(cfg_p, s, batch, key, method)
+            first = first or (cfg_p, model_p, state_p)
+    cfg, model, state = first  # the first precision's: the variants below and the baseline's
     if ceiling:
         fns[NO_SSM], _, _ = _ours(cfg, s, batch, key, methods[0])
     if no_scan:
@@ -288,14 +322,16 @@ def main() -> None:
         help="also time ours with every recurrence replaced by its input (x = B̄u)",
     )  # fmt: skip
     parser.add_argument(
-        "--precision", choices=("fp32", "bf16"), default="fp32",
-        help="our model's model.precision (bf16: bfloat16 products); the baseline stays fp32",
+        "--precision", default="fp32",
+        help="our model's model.precision (bf16: bfloat16 products), or several comma-separated "
+        "(each timed in the same run); the baseline stays fp32",
     )  # fmt: skip
     parser.add_argument(
         "--out", default="train-step", type=out_name, help="results/<OUT>-<cpu|gpu>.json"
     )
     args = parser.parse_args()
     tasks, methods = parse_configs_and_methods(parser, args)
+    precisions = parse_precisions(parser, args.precision)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     info = device_info()
@@ -306,19 +342,26 @@ def main() -> None:
         s = shapes(task, args.batch, args.length, args.paper)
         print(f"{task}: batch {s['batch']} (paper {s['paper_batch']}), L {s['L']} "
               f"(paper {s['paper_L']})", flush=True)  # fmt: skip
-        fns, compile_s = build(task, s, methods, args.ceiling, args.no_scan, args.precision)
+        fns, compile_s = build(task, s, methods, args.ceiling, args.no_scan, precisions)
         times = time_interleaved(fns, repeats=args.repeats, warmup=0)
         b = times["baseline"]["median_s"]
         per_method = {}
-        for m in methods:
-            o = times["ours" if len(methods) == 1 else f"ours[{m}]"]["median_s"]
-            per_method[m] = {"ours_ms": o * 1e3, "ratio": b / o}
-            print(f"  ours ({m}) {o * 1e3:.0f} ms, baseline {b * 1e3:.0f} ms: {b / o:.2f}x",
-                  flush=True)  # fmt: skip
+        for p in precisions:
+            for m in methods:
+                o = times[variant_name(m, p, methods, precisions)]["median_s"]
+                label = variant_label(m, p, precisions)
+                per_method[label] = {"ours_ms": o * 1e3, "ratio": b / o}
+                print(f"  ours ({label}) {o * 1e3:.0f} ms, baseline {b * 1e3:.0f} ms: "
+                      f"{b / o:.2f}x", flush=True)  # fmt: skip
+        first = variant_label(methods[0], precisions[0], precisions)
         row = {"task": task, "batch": s["batch"], "L": s["L"], "P": s["P_full"],
-               "ours_ms": per_method[methods[0]]["ours_ms"], "base_ms": b * 1e3,
-               "ratio": per_method[methods[0]]["ratio"],
-               "auto_resolves_to": auto_method(task, s, args.precision)[0]}  # fmt: skip
+               "ours_ms": per_method[first]["ours_ms"], "base_ms": b * 1e3,
+               "ratio": per_method[first]["ratio"],
+               "auto_resolves_to": auto_method(task, s, precisions[0])[0]}  # fmt: skip
+        if len(precisions) > 1:
+            row["auto_resolves_to_per_precision"] = {
+                p: auto_method(task, s, p)[0] for p in precisions
+            }
         if args.ceiling:
             n = times[NO_SSM]["median_s"]
             row["no_ssm_ms"], row["ceiling"] = n * 1e3, b / n
@@ -334,7 +377,7 @@ def main() -> None:
         path = write_json(args.out, {
             "benchmark": "train_step", "device": info, "repeats": args.repeats,
             "methods": methods, "ceiling": args.ceiling, "no_scan": args.no_scan,
-            "precision": args.precision,
+            "precision": ",".join(precisions), "precisions": precisions,
             "auto_on_this_backend": resolve_ssm_method("auto"),  # per row: auto_resolves_to
             "load_average_1_5_15": os.getloadavg(),
             "protocol": "interleaved (ours, baseline, ...), medians; ratio = baseline / ours",

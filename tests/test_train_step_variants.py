@@ -3,6 +3,7 @@ the scans patched out, an SSM is exactly its products and feed-through, 2 Re(C̃
 + D ⊙ u (float64, at a small and a large P, and the per-step Δ path); with the SSM patched
 out, a layer's SSM is D ⊙ u; and both patches are undone on exit."""
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -79,3 +80,15 @@ def test_feed_through_only_is_d_times_u_and_is_undone():
         y = ssm(u)
     np.testing.assert_allclose(y, ssm.D[None, :] * u)
     assert not np.allclose(ssm(u), ssm.D[None, :] * u)
+
+
+def test_precision_lists_and_variant_names():
+    parser = argparse.ArgumentParser()
+    assert ts.parse_precisions(parser, "fp32, bf16,fp32") == ("fp32", "bf16")
+    for bad in ("fp16", "", "fp32,bf8"):
+        with pytest.raises(SystemExit):
+            ts.parse_precisions(parser, bad)
+    assert ts.variant_name("auto", "fp32", ("auto",), ("fp32",)) == "ours"
+    assert ts.variant_name("fused", "bf16", ("auto", "fused"), ("bf16",)) == "ours[fused]"
+    assert ts.variant_name("auto", "bf16", ("auto",), ("fp32", "bf16")) == "ours[auto/bf16]"
+    assert ts.variant_label("auto", "bf16", ("fp32", "bf16")) == "auto/bf16"
