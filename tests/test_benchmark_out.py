@@ -24,7 +24,9 @@ def test_out_name_keeps_names():
     assert out_name("train-step-merged") == "train-step-merged"
 
 
-@pytest.mark.parametrize("script", ["layer.py", "train_step.py", "train_step_memory.py"])
+@pytest.mark.parametrize(
+    "script", ["layer.py", "train_step.py", "train_step_memory.py", "matmul_precision.py"]
+)
 def test_scripts_refuse_a_folder_before_running(script, tmp_path):
     target = tmp_path / "x"
     proc = subprocess.run(

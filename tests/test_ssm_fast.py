@@ -64,12 +64,12 @@ def test_auto_is_fused_on_cpu_for_long_sequences():
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU rule of 'auto'")
-def test_auto_is_fused_on_cpu_under_bf16_products(monkeypatch):
-    assert _ssm.resolve_ssm_method("auto", states=10, matmul_dtype=jnp.bfloat16) == "fused"
-    assert _ssm.resolve_ssm_method("auto", states=10) == "chunked"
+def test_auto_under_bf16_products_follows_the_switch(monkeypatch):
+    # Default: bf16 products change nothing in auto's choice (chunked, fused above the limit).
+    limit = _ssm.AUTO_CPU_FUSED_ABOVE
+    assert _ssm.resolve_ssm_method("auto", states=10, matmul_dtype=jnp.bfloat16) == "chunked"
+    assert _ssm.resolve_ssm_method("auto", states=limit + 1, matmul_dtype=jnp.bfloat16) == "fused"
     assert _ssm.resolve_ssm_method("chunked", matmul_dtype=jnp.bfloat16) == "chunked"
-    # A bf16 S5SSM under "auto" runs the fused path; with resets (which it cannot take) it
-    # falls back to the chunked scan, and the two agree to bfloat16 rounding.
     calls = []
     fused = _ssm._apply_fused
 
@@ -80,17 +80,19 @@ def test_auto_is_fused_on_cpu_under_bf16_products(monkeypatch):
     monkeypatch.setattr(_ssm, "_apply_fused", spy)
     ssm = S5SSM(8, 16, bidirectional=True, precision="bf16", key=jax.random.PRNGKey(0))
     u = jax.random.normal(jax.random.PRNGKey(1), (64, 8))
+    y_chunked = ssm(u)
+    assert calls == []
+    # With the switch on, a bf16 S5SSM under "auto" runs the fused path; with resets (which it
+    # cannot take) it falls back to the chunked scan; the two agree to bfloat16 rounding.
+    monkeypatch.setattr(_ssm, "AUTO_CPU_FUSED_FOR_BF16", True)
+    assert _ssm.resolve_ssm_method("auto", states=10, matmul_dtype=jnp.bfloat16) == "fused"
+    assert _ssm.resolve_ssm_method("auto", states=10) == "chunked"
     y = ssm(u)
     assert calls == [jnp.bfloat16]
-    no_resets = jnp.zeros((64,), bool)
-    y_chunked = ssm(u, resets=no_resets)
+    ssm(u, resets=jnp.zeros((64,), bool))
     assert len(calls) == 1
     rel = float(jnp.linalg.norm(y - y_chunked) / jnp.linalg.norm(y_chunked))
     assert 0 < rel < 2e-2
-    monkeypatch.setattr(_ssm, "AUTO_CPU_FUSED_FOR_BF16", False)
-    calls.clear()
-    ssm(u)
-    assert calls == []
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU rule of 'auto'")

@@ -93,8 +93,7 @@ class ModelConfig:
     `conj_sym` only half the states are stored (`state_size`) and that block size must be even.
 
     `scan_method` picks how the SSM recurrence is computed (same results): `"auto"`
-    (chunked on CPU, fused there for sequences of more than 2²¹ states L × P × directions
-    and under `precision = "bf16"`;
+    (chunked on CPU, fused there for sequences of more than 2²¹ states L × P × directions;
     parallel elsewhere), `"fused"` (B̃u, recurrences and C̃x blockwise in real
     planes with its own backward pass), `"sequential"`, `"parallel"`
     (`associative_scan`), `"chunked"` (in-place chunked loop with its own backward pass) or

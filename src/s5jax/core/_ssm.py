@@ -16,8 +16,7 @@ matmuls, free of dtype promotion, and each (L, H) array is read or written once.
 Two ways to compute y (the `method` argument): a scan method of `linear_recurrence`
 (`"sequential"`, `"parallel"`, `"chunked"`, …) on complex (L, P) arrays, or `"fused"`: B̃u, the
 recurrences and C̃x blockwise in real (re, im) planes with its own VJP (below). `"auto"` is
-`"chunked"` on CPU, `"fused"` there for long sequences (`AUTO_CPU_FUSED_ABOVE`) and bfloat16
-products (`AUTO_CPU_FUSED_FOR_BF16`), and the
+`"chunked"` on CPU, `"fused"` there for long sequences (`AUTO_CPU_FUSED_ABOVE`), and the
 backend's scan elsewhere (see `resolve_ssm_method`).
 """
 
@@ -69,29 +68,30 @@ kept chunked) 3,592 ms chunked, 3,855 ms fused at batch 4 (`benchmarks/train_ste
 `benchmarks/train_step_memory.py`)."""
 
 
-AUTO_CPU_FUSED_FOR_BF16 = True
-"""Under bfloat16 products (`S5SSM(precision="bf16")`, `model.precision = "bf16"`), `"auto"` on
-CPU picks `"fused"`: its forward and its own backward pass run every product on bfloat16
-operands, where the chunked path's products are differentiated by JAX. Measured on a 2-core
-Intel Xeon with AVX512_BF16 and AMX (2026-11-26; `benchmarks/train_step.py --configs
-text,image,pathfinder,scifar --methods auto,fused --precision bf16`, then `"auto"` was
-chunked), whole training step in bf16, chunked / fused ms: Text 2,132 / 1,670, Image 1,454 /
-1,089, Pathfinder 430 / 325, sCIFAR 606 / 464 (fused 1.27–1.34× faster on all four; the
-fp32 steps with `"auto"`, in another run: 1,568, 1,250, 545, 783 ms). The 6-layer stack alone
-(`benchmarks/layer.py --efficiency --precision bf16`): fp32 fused 1,535 / chunked 1,521 ms,
-bf16 fused 1,172 / chunked 1,776 ms. After the one-product-per-side change (same host,
-2026-11-27, `--methods chunked,fused --precision bf16`) the two paths' bf16 steps were a tie
-(chunked / fused ms: Text 1,111 / 1,202, Image 936 / 888, Pathfinder 324 / 335, sCIFAR
-496 / 514; the 6-layer stack: bf16 fused 1,250, chunked 1,296 ms); fused stays, for its lower
-memory. On CPUs without bfloat16 arithmetic, bf16 is slower than fp32 either way
-(`docs/performance.md`)."""
+AUTO_CPU_FUSED_FOR_BF16 = False
+"""Whether, under bfloat16 products (`S5SSM(precision="bf16")`, `model.precision = "bf16"`),
+`"auto"` on CPU picks `"fused"` (True) or the same path as in float32 (False, the default).
+
+It was True while the chunked path's gradient products ran in float32: JAX's backward pass of a
+bfloat16 product multiplies the float32 cotangent, and the fused path, with its own backward
+pass, was 1.27–1.34× faster in bf16 (2-core Intel Xeon with AVX512_BF16 and AMX, 2026-11-26;
+whole training steps, chunked / fused ms: Text 2,132 / 1,670, Image 1,454 / 1,089, Pathfinder
+430 / 325, sCIFAR 606 / 464), then a tie after the one-product-per-side change (2026-11-27:
+Text 1,111 / 1,202, Image 936 / 888). Since `s5jax.core._products.matmul` runs the gradient
+products in bfloat16 too (`REDUCED_PRECISION_GRADIENT`), the chunked path is the faster one in
+bf16 on every paper config measured (same Xeon, 2026-11-27, one interleaved run of
+`benchmarks/train_step.py --methods chunked,fused --precision fp32,bf16 --out
+train-step-bf16-rpg`, bf16 chunked / fused ms: Text 723 / 1,035, Image 503 / 664, Pathfinder
+197 / 251, Path-X (L 4096, batch 1) 181 / 342, Retrieval 765 / 762; `docs/results.md`). Long
+sequences still go to `"fused"` by `AUTO_CPU_FUSED_ABOVE`, for its memory. On CPUs without
+bfloat16 arithmetic, bf16 is slower than fp32 either way (`docs/performance.md`)."""
 
 
 def resolve_ssm_method(method: str, *, states: int | None = None, matmul_dtype=None) -> str:
     """Validate an SSM `method` and map `"auto"`: on CPU `AUTO_CPU` (`"chunked"`), or
     `"fused"` when `states` (L × P × directions of one sequence) exceeds
-    `AUTO_CPU_FUSED_ABOVE` or the products run in a reduced `matmul_dtype` (bfloat16:
-    `AUTO_CPU_FUSED_FOR_BF16`); the backend's scan (`"parallel"`) elsewhere. Other names pass
+    `AUTO_CPU_FUSED_ABOVE` (or, with `AUTO_CPU_FUSED_FOR_BF16` set, when the products run in a
+    reduced `matmul_dtype`); the backend's scan (`"parallel"`) elsewhere. Other names pass
     through (`"fused"` or a scan method).
 
     `"fused"` falls back to what `"auto"` picks otherwise (`"chunked"` on CPU) where it does

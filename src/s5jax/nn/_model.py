@@ -143,7 +143,7 @@ class S5Model(eqx.Module):
     - `n_outputs`: classes (classification, retrieval) or output dimensions (regression).
     - `vocab`: one-hot width of token inputs (embedding encoder), else None.
     - `scan_method`: how each SSM is computed: `"auto"` (on CPU the chunked scan, or the
-      fused path above 2²¹ states per sequence and layer or under `precision = "bf16"`),
+      fused path above 2²¹ states per sequence and layer),
       `"fused"`, or
       a scan: `"sequential"`, `"parallel"`, `"chunked"`, `"native"`, `"pallas"` (see
       `s5jax.core.apply_ssm`).

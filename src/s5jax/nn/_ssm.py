@@ -43,7 +43,7 @@ class S5SSM(eqx.Module):
     - `clip_eigs`: clip Re Λ ≤ −1e-4 in the forward pass.
     - `scan_method`: how the SSM is computed (`s5jax.core.apply_ssm`'s `method`): `"auto"`
       (on CPU the chunked scan, the fused path for sequences of more than 2²¹ states
-      L × P × directions or with `precision="bf16"`; the parallel scan elsewhere),
+      L × P × directions; the parallel scan elsewhere),
       `"fused"`, or a scan method
       (`"sequential"`, `"parallel"`, `"chunked"`, …).
     - `dtype`: real dtype of the parameters.
