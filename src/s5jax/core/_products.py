@@ -113,7 +113,9 @@ def _rows_to_columns(a: Float[Array, "M K"]) -> Float[Array, "K M"]:
     `a.T` alone becomes a column-major view of `a` when XLA assigns layouts, and a product
     with it is computed through float32 copies (see the module docstring). Moving runs of `s`
     rows through a 3-D transpose yields a real row-major copy, which the bfloat16 kernels
-    take."""
+    take. Other backends take the transposed operand as it is (`a.T`; decided when tracing)."""
+    if jax.default_backend() != "cpu":
+        return a.T
     M, K = a.shape
     s = max(d for d in range(1, min(_TRANSPOSE_RUN, M) + 1) if M % d == 0)
     return a.reshape(M // s, s, K).transpose(2, 0, 1).reshape(K, M)
