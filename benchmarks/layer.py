@@ -26,21 +26,23 @@ JSON records the minor page faults of every timed call. Medians are reported. Al
 breakdown of one of our layers computed by the scan path (B̄u, the two scans, the output
 projection).
 
-EFFICIENCY (host-independent): the GEMM floor of the stack is the time of the matrix products
-a bidirectional fused layer's forward+backward cannot avoid, timed alone at full size (all
-B·L rows in one product) in the same run, times the number of layers. Per layer there are
-nine, each B·L·H·2P multiply-adds: forward B̄u = u W_B (BL×H · H×2P) and C̃x of each direction
-(BL×2P · 2P×H); backward ∂x of each direction (BL×H · H×2P), ∂W_C of each direction and ∂W_B
-(H×BL · BL×2P) and ∂u (BL×2P · 2P×H). The floor is 3× each of the three product shapes'
-medians. Reported: stack / floor for the fused stack and the chunked one
-(`--efficiency-methods`; both make the same nine products, so the floor is theirs alike; 1.0
-would be a stack made of nothing but those products; the recurrences, GELU and the rest are
-the excess). With `--precision bf16` the stacks use `S5SSM(precision="bf16")` (bfloat16
-product operands, float32 accumulation) and their floor is the same products on bfloat16
-operands; both precisions are timed when `bf16` is requested, each against its own floor
-and against the float32 floor. `--block T` sets
-`core._ssm.FUSED_BLOCK` (steps per block of the fused path) before anything is traced.
-`--efficiency` times only those stacks and the floors (no baseline, no other methods).
+EFFICIENCY (host-independent): the GEMM floor of the stack is the time of the matrix products a
+bidirectional fused layer's forward+backward cannot avoid, timed alone at full size (all B·L
+rows in one product) in the same run, times the number of layers. Per layer there are nine,
+each B·L·H·2P multiply-adds: forward B̄u = u W_B (BL×H · H×2P) and C̃x of each direction (BL×2P
+· 2P×H); backward ∂x of each direction (BL×H · H×2P), ∂W_C of each direction and ∂W_B (H×BL ·
+BL×2P) and ∂u (BL×2P · 2P×H). The floor is 3× each of the three product shapes' medians, the
+weight gradient's in the faster of two layouts (its left operand as the rows of `u` are stored,
+or stored transposed: XLA's CPU backend runs the first through float32 copies of bfloat16
+operands; `ROW_MAJOR`; since 2026-11-27). Reported: stack / floor for the fused stack and the
+chunked one (`--efficiency-methods`; both make the same nine products, so the floor is theirs
+alike; 1.0 would be a stack made of nothing but those products; the recurrences, GELU and the
+rest are the excess). With `--precision bf16` the stacks use `S5SSM(precision="bf16")`
+(bfloat16 product operands, float32 accumulation) and their floor is the same products on
+bfloat16 operands; both precisions are timed when `bf16` is requested, each against its own
+floor and against the float32 floor. `--block T` sets `core._ssm.FUSED_BLOCK` (steps per block
+of the fused path) before anything is traced. `--efficiency` times only those stacks and the
+floors (no baseline, no other methods).
 
 PASS FLOOR: a stack whose recurrences run apart from its products (`"chunked"`) also moves the
 (B, L, P) complex states through memory: per layer, each direction's recurrence reads B̄u and
@@ -161,11 +163,28 @@ def gemm_floor_fns(batch, L, H, P_stored, dtype):
     into_state = jax.jit(lambda a, w: dot(a, w, ((1,), (0,))))  # (BL,H)·(H,2P)
     out_of_state = jax.jit(lambda x, w: dot(x, w, ((1,), (0,))))  # (BL,2P)·(2P,H)
     weight_grad = jax.jit(lambda a, x: dot(a, x, ((0,), (0,))))  # (H,BL)·(BL,2P)
+    a_t = jnp.transpose(a)  # (H, BL): computed here, so stored row-major
     return {
         "(BL,H)x(H,2P)": functools.partial(into_state, a, w_in),
         "(BL,2P)x(2P,H)": functools.partial(out_of_state, x, w_out),
         "(H,BL)x(BL,2P)": functools.partial(weight_grad, a, x),
+        f"(H,BL)x(BL,2P){ROW_MAJOR}": functools.partial(into_state, a_t, x),
     }
+
+
+ROW_MAJOR = " row-major"
+"""Suffix of the weight gradient's second floor entry: the same product with its left operand
+stored transposed (row-major (H, BL)). XLA's CPU backend converts bfloat16 operands to float32
+when the contracted axis is the left operand's outer one (`benchmarks/README.md`,
+`matmul_precision.py`), so each precision's floor takes the faster of the two layouts."""
+
+
+def gemm_floor(times: dict, prefix: str) -> float:
+    """One layer's GEMM floor in seconds from `gemm_floor_fns`' timings (keys `prefix` + name):
+    3× each product shape's median, the weight gradient's in its faster layout."""
+    med = {k[len(prefix) :]: v["median_s"] for k, v in times.items() if k.startswith(prefix)}
+    wg = "(H,BL)x(BL,2P)"
+    return 3 * (med["(BL,H)x(H,2P)"] + med["(BL,2P)x(2P,H)"] + min(med[wg], med[wg + ROW_MAJOR]))
 
 
 def pass_floor_fns(batch, L, P_stored):
@@ -260,11 +279,7 @@ def time_efficiency(args, u, timed, key, fp32_stacks=None):
             batch, L, H, P_full // 2, dtype).items()}  # fmt: skip
     fns |= {f"passes: {k}": f for k, f in pass_floor_fns(batch, L, P_full // 2).items()}
     times = timed(fns)
-    floors = {
-        prec: 3 * args.layers * sum(
-            v["median_s"] for k, v in times.items() if k.startswith(f"floor {prec}:"))
-        for prec in precisions
-    }  # fmt: skip
+    floors = {prec: args.layers * gemm_floor(times, f"floor {prec}: ") for prec in precisions}
     floors["passes"] = args.layers * sum(
         n * times[f"passes: {k}"]["median_s"] for k, n in PASSES_PER_LAYER.items()
     )
