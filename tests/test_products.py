@@ -4,7 +4,10 @@ Checked against the plain product in float64 (values and both gradients, vmapped
 as in training, and with bfloat16 operands accumulated in float32), its wiring into the SSM,
 `Dense` and the pendulum CNN (their traced programs hold the custom VJP, and do not with the
 switch off), and the switch itself: forward-mode autodiff through a model works with
-`VMAP_FRIENDLY_GRADIENT = False` and agrees with reverse mode.
+`VMAP_FRIENDLY_GRADIENT = False` and agrees with reverse mode. The mixed-precision backward
+pass (bfloat16 operands, float32 accumulation): both gradients against float64 products of the
+bfloat16-rounded cotangent, `REDUCED_PRECISION_GRADIENT = False` against JAX's own gradient,
+and the compiled program's products on bfloat16 operands (CPU).
 """
 
 import re
