@@ -174,18 +174,18 @@ def parse_precisions(parser, value: str) -> tuple[str, ...]:
     return names
 
 
-def variant_name(method: str, precision: str, methods, precisions) -> str:
-    """The timing key of ours for one method and precision: `"ours"` when it is the only
-    variant, `"ours[<method>]"` with one precision, else `"ours[<method>/<precision>]"`."""
-    if len(precisions) == 1:
-        return "ours" if len(methods) == 1 else f"ours[{method}]"
-    return f"ours[{method}/{precision}]"
-
-
 def variant_label(method: str, precision: str, precisions) -> str:
     """The key of one variant in a row's `methods` (the method, with its precision when
     several are timed)."""
     return method if len(precisions) == 1 else f"{method}/{precision}"
+
+
+def variant_name(method: str, precision: str, methods, precisions) -> str:
+    """The timing key of ours for one method and precision: `"ours"` when it is the only
+    variant, else `"ours[<variant_label>]"`."""
+    if len(methods) == 1 and len(precisions) == 1:
+        return "ours"
+    return f"ours[{variant_label(method, precision, precisions)}]"
 
 
 def parse_configs_and_methods(parser, args) -> tuple[list[str], tuple[str, ...]]:
