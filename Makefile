@@ -3,7 +3,8 @@
 #                       run again, it resumes a killed run or prints a complete run's results
 #   make demo QUICK=1   a first look: a tenth of the epochs
 #   make test           lint + the test suite, in parallel worker processes (pytest-xdist:
-#                       up to 4; `make test PYTEST_WORKERS=0` runs it in this process)
+#                       up to 4; `make test PYTEST_WORKERS=0` runs it in this process); it
+#                       ends with the 20 slowest tests, to keep the suite inside CI's budget
 #   make docs           the documentation site (mkdocs.yml, docs/) into site/, warnings fatal
 #   make docs-serve     the same site, served locally with live reload
 PYTHON ?= python3
@@ -34,7 +35,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test: lint
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 4
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 4 --durations=20
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
