@@ -153,6 +153,21 @@ def build_ours(cfg, s: dict, method: str, init=None):
     return model, step, (params, state, opt_state)
 
 
+def build_baseline(cfg, model, state, init=None):
+    """The authors' model (`baseline_model.py`) holding `model`'s parameters and `state`'s
+    BatchNorm statistics, with their optimiser: `(spec, step, (params, stats, opt_state))`.
+    `init` as in `build_ours`."""
+    spec, bparams, bstats = base.from_ours(model, state)
+    # Copies: our step donates its buffers, which `from_ours` would otherwise share.
+    bparams, bstats = jax.tree_util.tree_map(jnp.copy, (bparams, bstats))
+    lr = cfg.optim.ssm_lr * cfg.optim.lr_factor
+    b_opt = base.make_optimizer(
+        bparams, ssm_lr=cfg.optim.ssm_lr, lr=lr, weight_decay=cfg.optim.weight_decay
+    )
+    opt_state = (init or (lambda f, p: f(p)))(b_opt.init, bparams)
+    return spec, base.make_train_step(spec, b_opt), (bparams, bstats, opt_state)
+
+
 def auto_method(task: str, s: dict, precision: str = "fp32") -> tuple[str, int]:
     """What `scan_method = "auto"` runs for `task` at shapes `s` and `model.precision` on this
     backend, and the stored states of one sequence in one layer (L × P × directions). The
@@ -279,17 +294,9 @@ def build(task: str, s: dict, methods=("auto",), ceiling=False, no_scan=False, p
         fns[NO_SSM], _, _ = _ours(cfg, s, batch, key, methods[0])
     if no_scan:
         fns[NO_SCAN], _, _ = _ours(cfg, s, batch, key, "chunked")
-    spec, bparams, bstats = base.from_ours(model, state)
-    # Copies: our step donates its buffers, which `from_ours` would otherwise share.
-    bparams, bstats = jax.tree_util.tree_map(jnp.copy, (bparams, bstats))
-
-    lr = cfg.optim.ssm_lr * cfg.optim.lr_factor
-    b_opt = base.make_optimizer(
-        bparams, ssm_lr=cfg.optim.ssm_lr, lr=lr, weight_decay=cfg.optim.weight_decay
-    )
-    b_step = base.make_train_step(spec, b_opt)
+    spec, b_step, b_carry = build_baseline(cfg, model, state)
     b_batch = base.model_inputs(spec, batch)
-    theirs = {"carry": (bparams, bstats, b_opt.init(bparams))}
+    theirs = {"carry": b_carry}
 
     def run_base():
         p, st, o, loss = b_step(*theirs["carry"], b_batch, key)

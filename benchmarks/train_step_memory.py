@@ -16,8 +16,12 @@ Why: on CPU `"auto"` picks `"chunked"` for speed but `"fused"` above
 is the measurement behind that threshold. Compiling the paper's Path-X step takes about a
 minute per method on 2 cores and needs no more memory than the compiler's.
 
+`--baseline` adds the authors' model's step (`baseline_model.py`, built as `train_step.py`
+times it, one-hot float inputs included) as one more column: whether both steps fit a host's
+memory at the paper's batch, which `train_step.py --paper` needs before it runs them.
+
     .venv/bin/python benchmarks/train_step_memory.py [--configs pathx,speech,...]
-        [--methods chunked,fused,auto] [--batch N] [--length N]
+        [--methods chunked,fused,auto] [--baseline] [--batch N] [--length N]
 
 Results: `results/train-step-memory-<cpu|gpu>.json`.
 """
@@ -27,11 +31,13 @@ from __future__ import annotations
 import argparse
 import time
 
+import baseline_model as base
 import jax
 from _common import device_info, out_name, print_table, write_json
 from train_step import (
     TASKS,
     auto_method,
+    build_baseline,
     build_ours,
     parse_configs_and_methods,
     random_batch,
@@ -42,12 +48,20 @@ from s5jax.config import load_experiment
 from s5jax.core._ssm import AUTO_CPU_FUSED_ABOVE
 
 GIB = 2**30
+BASELINE = "baseline"
 
 
 def compiled_memory(task: str, s: dict, method: str) -> dict:
-    """`memory_analysis()` of our compiled training step."""
-    _, step, carry = build_ours(load_experiment(task), s, method, init=jax.eval_shape)
+    """`memory_analysis()` of our compiled training step, or of the authors' model's
+    (`baseline_model.py`, as `train_step.py` times it) for `method == BASELINE`."""
+    cfg = load_experiment(task)
+    model, step, carry = build_ours(cfg, s, "chunked" if method == BASELINE else method,
+                                    init=jax.eval_shape)  # fmt: skip
     batch = jax.eval_shape(lambda: random_batch(task, s, jax.random.PRNGKey(1)))
+    if method == BASELINE:
+        spec, step, carry = build_baseline(cfg, model, carry[1], init=jax.eval_shape)
+        concrete = random_batch(task, s, jax.random.PRNGKey(1))
+        batch = jax.eval_shape(lambda: base.model_inputs(spec, concrete))
     compiled = step.lower(*carry, batch, jax.random.PRNGKey(2)).compile()
     stats = compiled.memory_analysis()
     temp, args = stats.temp_size_in_bytes, stats.argument_size_in_bytes
@@ -62,10 +76,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None, help="cap on every config's batch")
     parser.add_argument("--length", type=int, default=None, help="cap on every sequence length")
     parser.add_argument(
+        "--baseline", action="store_true",
+        help="also the authors' model's step (baseline_model.py, as train_step.py times it)",
+    )  # fmt: skip
+    parser.add_argument(
         "--out", default="train-step-memory", type=out_name, help="results/<OUT>-<cpu|gpu>.json"
     )
     args = parser.parse_args()
     tasks, methods = parse_configs_and_methods(parser, args)
+    methods = methods + ((BASELINE,) if args.baseline else ())
     info = device_info()
     print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | jax {info['jax']}")
 

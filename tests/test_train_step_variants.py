@@ -92,3 +92,28 @@ def test_precision_lists_and_variant_names():
     assert ts.variant_name("fused", "bf16", ("auto", "fused"), ("bf16",)) == "ours[fused]"
     assert ts.variant_name("auto", "bf16", ("auto",), ("fp32", "bf16")) == "ours[auto/bf16]"
     assert ts.variant_label("auto", "bf16", ("fp32", "bf16")) == "auto/bf16"
+
+
+def test_baseline_memory_compiles_the_authors_step_on_their_inputs():
+    """`train_step_memory.py --baseline` lowers the authors' step on what it receives in
+    `train_step.py` (one-hot float inputs, their parameters and optimiser state): XLA's
+    argument bytes equal the bytes of exactly those arguments, and differ from ours."""
+    import baseline_model as base
+    import train_step_memory as tsm
+
+    from s5jax.config import load_experiment
+
+    s = ts.shapes("listops", batch=2, length=16, paper=True)
+    theirs = tsm.compiled_memory("listops", s, tsm.BASELINE)
+    ours = tsm.compiled_memory("listops", s, "chunked")
+
+    cfg = load_experiment("listops")
+    model, _, (_, state, _) = ts.build_ours(cfg, s, "chunked", init=jax.eval_shape)
+    spec, _, carry = ts.build_baseline(cfg, model, state, init=jax.eval_shape)
+    batch = base.model_inputs(spec, ts.random_batch("listops", s, jax.random.PRNGKey(1)))
+    assert batch["x"].shape == (2, 16, s["vocab"]) and batch["x"].dtype == jnp.float32
+    assert cfg.model.dropout == 0  # so jit prunes the unused dropout key from the arguments
+    leaves = jax.tree_util.tree_leaves((carry, batch))
+    expected = sum(np.prod(x.shape, dtype=int) * np.dtype(x.dtype).itemsize for x in leaves)
+    assert theirs["args_bytes"] == expected
+    assert theirs["temp_bytes"] > 0 and ours["args_bytes"] != theirs["args_bytes"]
