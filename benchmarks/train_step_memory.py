@@ -18,7 +18,9 @@ minute per method on 2 cores and needs no more memory than the compiler's.
 
 `--baseline` adds the authors' model's step (`baseline_model.py`, built as `train_step.py`
 times it, one-hot float inputs included) as one more column: whether both steps fit a host's
-memory at the paper's batch, which `train_step.py --paper` needs before it runs them.
+memory at the paper's batch, which `train_step.py --paper` needs before it runs them. The
+figures are a lower bound on a run's resident memory: leave 15-40 % headroom (Retrieval at
+batch 24, baseline compiled at 16.7 GiB, was killed at 23 GiB resident on a 24 GiB host).
 
     .venv/bin/python benchmarks/train_step_memory.py [--configs pathx,speech,...]
         [--methods chunked,fused,auto] [--baseline] [--batch N] [--length N]
