@@ -1,4 +1,5 @@
-"""Whole training steps with `s5jax.core._products.matmul` against plain `@` products.
+"""Whole training steps with `s5jax.core._products.matmul` against plain `@` products, or with
+its bfloat16 cast inside the product against outside it.
 
 `matmul` (used by the SSM's products B̄u and C̃x, every `Dense` and the pendulum CNN) has the
 same value and gradient formulas as `a @ b`, but a custom VJP, so that under the training
@@ -9,17 +10,24 @@ cotangent. This benchmark builds our jitted training step (`s5jax train`'s, `sca
 `s5jax.core._products.VMAP_FRIENDLY_GRADIENT = False` (every product the plain one), and
 times the two interleaved in one process at `benchmarks/train_step.py`'s CPU shapes.
 
+`--switch master-weight` compares instead, in `--precision bf16`, the products as shipped
+(bfloat16 cast inside `matmul`: a float32 weight's gradient is the float32 accumulator of its
+product) against `MASTER_WEIGHT_GRADIENT = False` (the cast outside: each example's weight
+gradient rounded to bfloat16 before the batch's sum).
+
     .venv/bin/python benchmarks/products.py [--configs listops,text,...] [--repeats N]
+        [--switch vmap-friendly|master-weight] [--precision fp32|bf16] [--out NAME]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 
 import jax
 import train_step as ts
-from _common import device_info, print_table, time_interleaved, write_json
+from _common import device_info, out_name, print_table, time_interleaved, write_json
 
 from s5jax.config import load_experiment
 from s5jax.core import _products
@@ -27,14 +35,21 @@ from s5jax.core import _products
 DEFAULT_CONFIGS = "listops,text,retrieval,image,pathfinder,pendulum,smnist,psmnist,scifar"
 
 
+SWITCHES = {  # --switch: (the module flag, the names of the variants with it on and off)
+    "vmap-friendly": ("VMAP_FRIENDLY_GRADIENT", "vmap-friendly", "plain"),
+    "master-weight": ("MASTER_WEIGHT_GRADIENT", "cast inside", "cast outside"),
+}
+
+
 @contextlib.contextmanager
-def _plain_products():
-    saved = _products.VMAP_FRIENDLY_GRADIENT
-    _products.VMAP_FRIENDLY_GRADIENT = False
+def _switched_off(flag: str):
+    """While tracing: `s5jax.core._products.<flag>` False."""
+    saved = getattr(_products, flag)
+    setattr(_products, flag, False)
     try:
         yield
     finally:
-        _products.VMAP_FRIENDLY_GRADIENT = saved
+        setattr(_products, flag, saved)
 
 
 def main() -> None:
@@ -42,36 +57,46 @@ def main() -> None:
     parser.add_argument("--configs", default=DEFAULT_CONFIGS)
     parser.add_argument("--methods", default="auto", help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--switch", choices=sorted(SWITCHES), default="vmap-friendly")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument(
+        "--out", type=out_name, default="products", help="results/<OUT>-<cpu|gpu>.json"
+    )
     args = parser.parse_args()
     tasks, _ = ts.parse_configs_and_methods(parser, args)
+    flag, on, off = SWITCHES[args.switch]
 
     rows = []
     for task in tasks:
         s = ts.shapes(task, None, None, paper=False)
         cfg = load_experiment(task)
+        cfg = dataclasses.replace(
+            cfg, model=dataclasses.replace(cfg.model, precision=args.precision)
+        )
         batch = ts.random_batch(task, s, jax.random.PRNGKey(1))
         key = jax.random.PRNGKey(2)
         fns = {}
-        variants = (("vmap-friendly", contextlib.nullcontext), ("plain", _plain_products))
+        variants = ((on, contextlib.nullcontext()), (off, _switched_off(flag)))
         for name, tracing in variants:
             fns[name], _, _ = ts._ours(cfg, s, batch, key, "auto")
-            with tracing():
+            with tracing:
                 jax.block_until_ready(fns[name]())  # traced and compiled here
         timings = time_interleaved(fns, repeats=args.repeats)
-        friendly, plain = (timings[n]["median_s"] * 1e3 for n in ("vmap-friendly", "plain"))
+        ms_on, ms_off = (timings[n]["median_s"] * 1e3 for n in (on, off))
         rows.append({
-            "config": task, "batch": s["batch"], "L": s["L"], "ms": friendly, "plain_ms": plain,
-            "speedup": plain / friendly, "timings": timings,
+            "config": task, "batch": s["batch"], "L": s["L"], "ms": ms_on, "plain_ms": ms_off,
+            "speedup": ms_off / ms_on, "timings": timings,
         })  # fmt: skip
-        print(f"{task}: vmap-friendly {friendly:.1f} ms, plain {plain:.1f} ms", flush=True)
+        print(f"{task}: {on} {ms_on:.1f} ms, {off} {ms_off:.1f} ms", flush=True)
     print_table(rows, [
         ("config", "config", ""), ("batch", "batch", "d"), ("L", "L", "d"),
-        ("ms", "vmap-friendly ms", ".0f"), ("plain_ms", "plain ms", ".0f"),
-        ("speedup", "plain / friendly", ".2f"),
+        ("ms", f"{on} ms", ".0f"), ("plain_ms", f"{off} ms", ".0f"),
+        ("speedup", f"{off} / {on}", ".2f"),
     ])  # fmt: skip
-    path = write_json("products", {
+    path = write_json(args.out, {
         "benchmark": "products", "device": device_info(), "repeats": args.repeats,
-        "scan_method": "auto", "rows": rows,
+        "scan_method": "auto", "switch": args.switch, "flag": flag, "variants": [on, off],
+        "precision": args.precision, "rows": rows,
     })  # fmt: skip
     print(f"wrote {path}")
 

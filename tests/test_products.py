@@ -7,7 +7,10 @@ switch off), and the switch itself: forward-mode autodiff through a model works 
 `VMAP_FRIENDLY_GRADIENT = False` and agrees with reverse mode. The mixed-precision backward
 pass (bfloat16 operands, float32 accumulation): both gradients against float64 products of the
 bfloat16-rounded cotangent, `REDUCED_PRECISION_GRADIENT = False` against JAX's own gradient,
-and the compiled program's products on bfloat16 operands (CPU).
+and the compiled program's products on bfloat16 operands (CPU). With the cast inside
+(`operand_dtype`), a float32 weight's gradient against the float64 sum of the bfloat16
+products, to float32 rounding, where the cast outside (`MASTER_WEIGHT_GRADIENT = False`)
+misses it.
 """
 
 import re
@@ -107,6 +110,43 @@ def test_mixed_precision_gradient_is_the_bfloat16_rounded_cotangent_times_the_op
     want_dw = per_example.sum(0)
     slack = 2**-8 * (np.abs(per_example).sum(0) + np.abs(want_dw)) + 1e-6
     assert np.all(np.abs(np.asarray(dw, np.float64) - want_dw) <= slack)
+
+
+@pytest.mark.parametrize("x_dtype", [jnp.bfloat16, jnp.float32])
+def test_cast_inside_keeps_a_float32_weights_gradient_unrounded(monkeypatch, x_dtype):
+    """`operand_dtype=bfloat16` with a float32 master weight, vmapped over a batch as in
+    training: the product is the one of the cast operands; ∂W = Σ_batch bf16(x)ᵀ bf16(g),
+    the exact float64 value to float32 accumulation error (rtol 1e-5), and float32; ∂x in
+    x's dtype. `MASTER_WEIGHT_GRADIENT = False` (the cast outside the product, as before)
+    misses that tolerance by far: each example's ∂W rounded to bfloat16 before the sum."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (6, 40, 32)).astype(x_dtype)
+    w = jax.random.normal(jax.random.PRNGKey(1), (32, 24), jnp.float32) / 6
+    g = jax.random.normal(jax.random.PRNGKey(2), (6, 40, 24), jnp.float32)
+
+    def grads():
+        def f(w, x):
+            return jax.vmap(lambda xi: matmul(xi, w, jnp.float32, operand_dtype=jnp.bfloat16))(x)
+
+        y, vjp = jax.vjp(jax.jit(f), w, x)
+        return (y, *vjp(g))
+
+    y, dw, dx = grads()
+    xb, wb, gb = _bf16(x), _bf16(w), _bf16(g)
+    np.testing.assert_allclose(np.asarray(y, np.float64), xb @ wb, rtol=1e-5, atol=1e-5)
+    assert dw.dtype == jnp.float32 and dx.dtype == x_dtype
+    want_dw = np.einsum("blk,bln->kn", xb, gb)
+    scale = np.einsum("blk,bln->kn", np.abs(xb), np.abs(gb))  # bounds the rounding error
+    assert np.all(np.abs(np.asarray(dw, np.float64) - want_dw) <= 1e-5 * scale)
+    np.testing.assert_allclose(
+        np.asarray(dx, np.float64), gb @ wb.T, rtol=2**-7 if x_dtype == jnp.bfloat16 else 1e-5,
+        atol=1e-5,
+    )  # fmt: skip
+    monkeypatch.setattr(_products, "MASTER_WEIGHT_GRADIENT", False)
+    _, dw_before, _ = grads()
+    assert dw_before.dtype == jnp.float32
+    err = np.abs(np.asarray(dw_before, np.float64) - want_dw) / scale
+    assert err.max() > 1e-4  # the check above can fail: bfloat16 rounding, 2⁻⁹ relative
+    assert err.max() < 2**-6  # (and otherwise the same gradient)
 
 
 def test_mixed_precision_gradient_switch_gives_jax_float32_gradient_products(monkeypatch):

@@ -29,6 +29,18 @@ gradient (1.8–2.0× faster than float32), and whole bfloat16 training steps wi
 scan 1.32–1.49× faster (Text 1,072 → 760 ms, Image 776 → 522 ms). `REDUCED_PRECISION_GRADIENT
 = False` gives JAX's float32 gradient products back.
 
+Master weights: `matmul(x, W, float32, operand_dtype=bfloat16)` casts inside the product (as
+`Dense` and the SSM's products call it), so the float32 weight's gradient is the float32
+accumulator of its bfloat16 gradient product, and the batch's sum of those runs in float32.
+A cast outside (`matmul(x.astype(bf16), W.astype(bf16), float32)`, as before 2026-11-27)
+makes the cast's cotangent bfloat16: every example's weight gradient is rounded to bfloat16
+before the batch's sum (the compiled sMNIST step holds the `convert` pair after each
+per-example product). Alone, (6, 40, 32) @ (32, 24) under `vmap`, the weight gradient then
+differed from the float64 sum of the same bfloat16 products by 1.7e-3 in norm (3.8e-3 at
+worst: bfloat16's rounding, ≤ 2⁻⁸), against 6e-8 with the cast inside (`tests/test_products.py`);
+in a whole bf16 model the activations' own rounding dominates the gradient's error against
+float32 (`benchmarks/README.md`). `MASTER_WEIGHT_GRADIENT = False` restores the cast outside.
+
 Forward mode: a custom VJP has no `jax.jvp`. `VMAP_FRIENDLY_GRADIENT = False` (read when a
 function is traced) makes `matmul` the plain product, so that `jax.jvp`, `jax.jacfwd` and
 `jax.hessian` work through the model again (with a scan method that supports them, e.g.
@@ -62,35 +74,61 @@ REDUCED_PRECISION_GRADIENT = True
 both gradient products in it (see the module docstring); False keeps JAX's float32 gradient
 products. Read when a function is traced."""
 
+MASTER_WEIGHT_GRADIENT = True
+"""Whether `matmul(..., operand_dtype=...)` casts inside the product, so that a float32 weight's
+gradient is the float32 accumulator of its gradient product (True), or casts outside it, as
+`matmul(a.astype(dt), b.astype(dt))` would, rounding the weight's gradient to `dt` for each
+example before the batch's sum (False: the behaviour before 2026-11-27, for benchmarks). Read
+when a function is traced."""
+
 
 def matmul(
-    a: Float[Array, "M K"], b: Float[Array, "K N"], preferred_element_type=None
+    a: Float[Array, "M K"],
+    b: Float[Array, "K N"],
+    preferred_element_type=None,
+    *,
+    operand_dtype=None,
 ) -> Float[Array, "M N"]:
     """`jnp.matmul(a, b, preferred_element_type=...)` for 2-D `a` and `b`, with the
     vmap-friendly reverse-mode gradient described in the module docstring.
 
     **Arguments:** `a` (M, K), `b` (K, N); `preferred_element_type`: the accumulation and
-    output dtype (e.g. float32 for bfloat16 operands), or None for the operands' dtype.
+    output dtype (e.g. float32 for bfloat16 operands), or None for the operands' dtype;
+    `operand_dtype` (keyword-only): cast both operands to this dtype inside the product (e.g.
+    bfloat16 for a float32 master weight), or None to take them as they are. Each gradient
+    comes back in its own input's dtype: with a float32 weight `b`, its gradient is the
+    float32 accumulator of the bfloat16 gradient product, never rounded to bfloat16 (rounding
+    it per example, before the batch's sum, as a cast outside the product would, costs about
+    three decimal digits; see `MASTER_WEIGHT_GRADIENT`).
 
     **Returns:** (M, N).
     """
     if a.ndim != 2 or b.ndim != 2:
         raise ValueError(f"matmul takes 2-D operands, got shapes {a.shape} and {b.shape}")
+    if operand_dtype is not None:
+        operand_dtype = jnp.dtype(operand_dtype)
+        if not MASTER_WEIGHT_GRADIENT:  # the cast outside the product, as before
+            a, b, operand_dtype = a.astype(operand_dtype), b.astype(operand_dtype), None
     if not VMAP_FRIENDLY_GRADIENT:
-        return _product(a, b, preferred_element_type)
-    return _matmul(a, b, preferred_element_type)
+        return _product(a, b, preferred_element_type, operand_dtype)
+    return _matmul(a, b, preferred_element_type, operand_dtype, (a.dtype, b.dtype))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _matmul(a, b, preferred_element_type):
-    return _product(a, b, preferred_element_type)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _matmul(a, b, preferred_element_type, operand_dtype, input_dtypes):
+    """The product; `input_dtypes` (a's, b's), static: the dtypes its gradients return in."""
+    return _product(a, b, preferred_element_type, operand_dtype)
 
 
-def _product(a, b, preferred_element_type):
+def _product(a, b, preferred_element_type, operand_dtype=None):
+    if operand_dtype is not None:
+        a, b = a.astype(operand_dtype), b.astype(operand_dtype)
     return jnp.matmul(a, b, preferred_element_type=preferred_element_type)
 
 
-def _matmul_fwd(a, b, preferred_element_type):
+def _matmul_fwd(a, b, preferred_element_type, operand_dtype, input_dtypes):
+    if operand_dtype is not None:  # keep the cast operands (bfloat16: half a float32's bytes)
+        a, b = a.astype(operand_dtype), b.astype(operand_dtype)
     return _product(a, b, preferred_element_type), (a, b)
 
 
@@ -121,17 +159,18 @@ def _rows_to_columns(a: Float[Array, "M K"]) -> Float[Array, "K M"]:
     return a.reshape(M // s, s, K).transpose(2, 0, 1).reshape(K, M)
 
 
-def _matmul_bwd(preferred_element_type, residuals, g):
-    a, b = residuals
+def _matmul_bwd(preferred_element_type, operand_dtype, input_dtypes, residuals, g):
+    a, b = residuals  # the operands as multiplied
     if REDUCED_PRECISION_GRADIENT and _mixed_precision(a, b, preferred_element_type):
         g = g.astype(a.dtype)
         da = jax.lax.dot_general(  # g bᵀ: b's rows are contracted, no transposed copy
             g, b, (((1,), (1,)), ((), ())), preferred_element_type=preferred_element_type
         )
         db = jnp.matmul(_rows_to_columns(a), g, preferred_element_type=preferred_element_type)
-        return da.astype(a.dtype), db.astype(b.dtype)
-    _, vjp = jax.vjp(lambda a, b: _product(a, b, preferred_element_type), a, b)
-    return vjp(g)
+    else:
+        _, vjp = jax.vjp(lambda a, b: _product(a, b, preferred_element_type), a, b)
+        da, db = vjp(g)
+    return da.astype(input_dtypes[0]), db.astype(input_dtypes[1])
 
 
 _matmul.defvjp(_matmul_fwd, _matmul_bwd)

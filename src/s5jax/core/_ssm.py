@@ -411,10 +411,11 @@ def _matmul(a, b, matmul_dtype, acc_dtype):
 
 def _weight_product(a, b, matmul_dtype, acc_dtype):
     """`_matmul` for a 2-D `a` (L, K) and a weight `b` (K, N) on the autodiff paths: the
-    product with a vmap-friendly gradient (`s5jax.core._products.matmul`)."""
+    product with a vmap-friendly gradient (`s5jax.core._products.matmul`), the cast inside it
+    (the float32 weight's gradient is not rounded to `matmul_dtype`)."""
     if matmul_dtype is None:
         return matmul(a, b)
-    return matmul(a.astype(matmul_dtype), b.astype(matmul_dtype), acc_dtype)
+    return matmul(a, b, acc_dtype, operand_dtype=matmul_dtype)
 
 
 def _scale(y, conj_sym):

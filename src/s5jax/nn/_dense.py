@@ -8,7 +8,9 @@ paper's started.
 Precision (`PRECISIONS`, the model's `precision` option): `"fp32"` computes in the parameters'
 dtype; `"bf16"` is mixed precision. Parameters stay float32 (master weights); the product
 takes bfloat16 operands and accumulates in float32; the output is bfloat16 (an activation), or
-float32 for a head's final layer (`fp32_output=True`). `compute_dtype` names the activations'
+float32 for a head's final layer (`fp32_output=True`). The weight's gradient is the float32
+accumulator of its bfloat16 gradient product, summed over the batch in float32 (never rounded
+to bfloat16). `compute_dtype` names the activations'
 dtype of each policy.
 
 The product is `s5jax.core._products.matmul` (same value and gradient as `x @ W`; its gradient
@@ -93,8 +95,8 @@ class Dense(eqx.Module):
         lead = x.shape[:-1]
         x = x.reshape(-1, self.in_features)
         if self.precision == "bf16":
-            y = matmul(
-                x.astype(jnp.bfloat16), self.weight.astype(jnp.bfloat16), self.weight.dtype
+            y = matmul(  # the cast inside: the weight's gradient stays float32
+                x, self.weight, self.weight.dtype, operand_dtype=jnp.bfloat16
             ).reshape(*lead, self.out_features)
             y = y + jnp.broadcast_to(self.bias, y.shape)
             return y if fp32_output else y.astype(jnp.bfloat16)
