@@ -97,9 +97,9 @@ def matmul(
     `operand_dtype` (keyword-only): cast both operands to this dtype inside the product (e.g.
     bfloat16 for a float32 master weight), or None to take them as they are. Each gradient
     comes back in its own input's dtype: with a float32 weight `b`, its gradient is the
-    float32 accumulator of the bfloat16 gradient product, never rounded to bfloat16 (rounding
-    it per example, before the batch's sum, as a cast outside the product would, costs about
-    three decimal digits; see `MASTER_WEIGHT_GRADIENT`).
+    float32 accumulator of the bfloat16 gradient product, never rounded to bfloat16 (a cast
+    outside the product rounds it per example, before the batch's sum; see the module
+    docstring and `MASTER_WEIGHT_GRADIENT`).
 
     **Returns:** (M, N).
     """

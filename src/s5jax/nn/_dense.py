@@ -10,8 +10,7 @@ dtype; `"bf16"` is mixed precision. Parameters stay float32 (master weights); th
 takes bfloat16 operands and accumulates in float32; the output is bfloat16 (an activation), or
 float32 for a head's final layer (`fp32_output=True`). The weight's gradient is the float32
 accumulator of its bfloat16 gradient product, summed over the batch in float32 (never rounded
-to bfloat16). `compute_dtype` names the activations'
-dtype of each policy.
+to bfloat16). `compute_dtype` names the activations' dtype of each policy.
 
 The product is `s5jax.core._products.matmul` (same value and gradient as `x @ W`; its gradient
 is cheaper when the model is vmapped over a batch, as in training).
