@@ -56,7 +56,7 @@ import jax.numpy as jnp
 from _common import device_info, out_name, print_table, time_interleaved, write_json
 
 from s5jax.config import load_experiment
-from s5jax.core import SCAN_METHODS, resolve_scan_method
+from s5jax.core import SCAN_METHODS
 from s5jax.core._ssm import resolve_ssm_method
 from s5jax.nn import S5SSM, build_model
 from s5jax.train._optim import build_optimizer
@@ -171,11 +171,11 @@ def build_baseline(cfg, model, state, init=None):
 def auto_method(task: str, s: dict, precision: str = "fp32") -> tuple[str, int]:
     """What `scan_method = "auto"` runs for `task` at shapes `s` and `model.precision` on this
     backend, and the stored states of one sequence in one layer (L × P × directions). The
-    pendulum's per-step Δ runs the backend's scan whatever the length."""
+    pendulum's per-step Δ runs `"auto"`'s scan whatever the length (never the fused path)."""
     m = load_experiment(task).model
     states = s["L"] * m.state_size * (2 if m.bidirectional else 1)
     if task == "pendulum":
-        return resolve_scan_method("auto"), states
+        return resolve_ssm_method("auto"), states
     mm = jnp.bfloat16 if precision == "bf16" else None
     return resolve_ssm_method("auto", states=states, matmul_dtype=mm), states
 

@@ -9,9 +9,10 @@ pass's temporaries), `args` (parameters, BatchNorm state, optimiser state, batch
 `temp + args`, the step's footprint. Also recorded per config: the stored states of one
 sequence in one layer (L × P × directions, P the stored complex states per direction) and
 what `"auto"` resolves to for it on this backend (`train_step.auto_method`; the pendulum's
-per-step Δ runs the sequential scan on CPU).
+per-step Δ never runs the fused path).
 
-Why: on CPU `"auto"` picks `"chunked"` for speed but `"fused"` above
+Why: on CPU `"auto"` picks a scan (`"native"` where the C++ kernel builds, else `"chunked"`)
+for speed but `"fused"` above
 `s5jax.core._ssm.AUTO_CPU_FUSED_ABOVE` stored states per sequence, for memory; this script
 is the measurement behind that threshold. Compiling the paper's Path-X step takes about a
 minute per method on 2 cores and needs no more memory than the compiler's.

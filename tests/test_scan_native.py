@@ -232,6 +232,13 @@ def test_switched_off_or_without_a_compiler_the_error_says_why(tmp_path):
                                    method="native")
         except RuntimeError as err:
             print("ERROR:", err)
+        # "auto" falls back to the chunked scan, and a layer under it still runs.
+        import jax
+        from s5jax.core import _ssm
+        from s5jax.nn import S5SSM
+        print("AUTO:", _ssm.resolve_ssm_method("auto", states=10))
+        layer = S5SSM(3, 8, bidirectional=True, key=jax.random.PRNGKey(0))
+        print("FINITE:", bool(jnp.isfinite(layer(jnp.ones((5, 3)))).all()))
     """
     base = {k: v for k, v in os.environ.items() if k not in ("S5JAX_NATIVE", "CXX")}
     off = _run_python(code, {**base, "S5JAX_NATIVE": "0"})
@@ -239,10 +246,12 @@ def test_switched_off_or_without_a_compiler_the_error_says_why(tmp_path):
     assert "REASON: S5JAX_NATIVE=0 is set" in off.stdout
     assert "ERROR: scan method 'native' is unavailable: S5JAX_NATIVE=0" in off.stdout
     assert "method='auto'" in off.stdout
+    assert "AUTO: chunked" in off.stdout and "FINITE: True" in off.stdout
 
     missing = _run_python(code, {**base, "CXX": str(tmp_path / "no-such-compiler")})
     assert missing.returncode == 0, missing.stderr
     assert "building or loading the native kernel failed" in missing.stdout
+    assert "AUTO: chunked" in missing.stdout and "FINITE: True" in missing.stdout
 
 
 @needs_native

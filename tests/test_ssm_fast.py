@@ -41,33 +41,75 @@ def _close(a, b, tol=1e-11):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
 
 
-def test_auto_is_chunked_on_cpu_and_methods_are_validated():
-    expected = "chunked" if jax.default_backend() == "cpu" else "parallel"
-    assert _ssm.resolve_ssm_method("auto") == expected
+def _auto_scan():
+    """What "auto" runs below the fused path's length on this backend."""
+    if jax.default_backend() != "cpu":
+        return "parallel"
+    return "native" if core.native_available() and jax.device_count() == 1 else "chunked"
+
+
+def test_auto_is_native_or_chunked_on_cpu_and_methods_are_validated():
+    assert _ssm.resolve_ssm_method("auto") == _auto_scan()
     assert _ssm.resolve_ssm_method("fused") == "fused"
     assert _ssm.resolve_ssm_method("sequential") == "sequential"
     with pytest.raises(ValueError, match="scan method must be 'auto', 'fused' or one of"):
         _ssm.resolve_ssm_method("fast")
+    with pytest.raises(ValueError, match="scan method must be 'auto', 'fused' or one of"):
+        S5SSM(4, 8, scan_method="fast", key=jax.random.PRNGKey(0))
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU rule of 'auto'")
+def test_auto_on_cpu_prefers_native_and_falls_back_to_chunked(monkeypatch):
+    built = []
+
+    def available():
+        built.append(True)
+        return True
+
+    monkeypatch.setattr(_ssm, "native_available", available)
+    assert _ssm.resolve_ssm_method("auto", states=10) == "native"
+    # Validating a name (as S5SSM does when it is built) compiles nothing.
+    built.clear()
+    _ssm.check_ssm_method("auto")
+    S5SSM(4, 8, key=jax.random.PRNGKey(0))
+    assert built == []
+    # Named methods and long sequences are not affected.
+    assert _ssm.resolve_ssm_method("chunked", states=10) == "chunked"
+    assert _ssm.resolve_ssm_method("auto", states=_ssm.AUTO_CPU_FUSED_ABOVE + 1) == "fused"
+    # Several devices: XLA cannot partition the custom call over them (it would gather the
+    # batch onto every device), so "auto" keeps the chunked scan.
+    monkeypatch.setattr(jax, "device_count", lambda *args: 2)
+    assert _ssm.resolve_ssm_method("auto", states=10) == "chunked"
+    monkeypatch.setattr(jax, "device_count", lambda *args: 1)
+    assert _ssm.resolve_ssm_method("auto", states=10) == "native"
+    # No kernel here (no compiler, a failed build, S5JAX_NATIVE=0), or the switch off.
+    monkeypatch.setattr(_ssm, "native_available", lambda: False)
+    assert _ssm.resolve_ssm_method("auto", states=10) == "chunked"
+    monkeypatch.setattr(_ssm, "native_available", available)
+    monkeypatch.setattr(_ssm, "AUTO_CPU_NATIVE", False)
+    assert _ssm.resolve_ssm_method("auto", states=10) == "chunked"
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU rule of 'auto'")
 def test_auto_is_fused_on_cpu_for_long_sequences():
     limit = _ssm.AUTO_CPU_FUSED_ABOVE
-    assert _ssm.resolve_ssm_method("auto", states=limit) == "chunked"
+    scan = _auto_scan()
+    assert _ssm.resolve_ssm_method("auto", states=limit) == scan
     assert _ssm.resolve_ssm_method("auto", states=limit + 1) == "fused"
     assert _ssm.resolve_ssm_method("sequential", states=limit + 1) == "sequential"
     # The paper's Path-X (L 16,384, 128 states each way) is fused; its Speech (L 16,000,
-    # 64 each way) and Retrieval (L 4,000, 128 each way) stay chunked.
+    # 64 each way) and Retrieval (L 4,000, 128 each way) stay on the scan.
     assert _ssm.resolve_ssm_method("auto", states=16384 * 128 * 2) == "fused"
-    assert _ssm.resolve_ssm_method("auto", states=16000 * 64 * 2) == "chunked"
-    assert _ssm.resolve_ssm_method("auto", states=4000 * 128 * 2) == "chunked"
+    assert _ssm.resolve_ssm_method("auto", states=16000 * 64 * 2) == scan
+    assert _ssm.resolve_ssm_method("auto", states=4000 * 128 * 2) == scan
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU rule of 'auto'")
 def test_auto_under_bf16_products_follows_the_switch(monkeypatch):
-    # Default: bf16 products change nothing in auto's choice (chunked, fused above the limit).
+    # Default: bf16 products change nothing in auto's choice (the scan, fused above the limit).
     limit = _ssm.AUTO_CPU_FUSED_ABOVE
-    assert _ssm.resolve_ssm_method("auto", states=10, matmul_dtype=jnp.bfloat16) == "chunked"
+    scan = _auto_scan()
+    assert _ssm.resolve_ssm_method("auto", states=10, matmul_dtype=jnp.bfloat16) == scan
     assert _ssm.resolve_ssm_method("auto", states=limit + 1, matmul_dtype=jnp.bfloat16) == "fused"
     assert _ssm.resolve_ssm_method("chunked", matmul_dtype=jnp.bfloat16) == "chunked"
     calls = []
@@ -83,10 +125,10 @@ def test_auto_under_bf16_products_follows_the_switch(monkeypatch):
     y_chunked = ssm(u)
     assert calls == []
     # With the switch on, a bf16 S5SSM under "auto" runs the fused path; with resets (which it
-    # cannot take) it falls back to the chunked scan; the two agree to bfloat16 rounding.
+    # cannot take) it falls back to the scan; the two agree to bfloat16 rounding.
     monkeypatch.setattr(_ssm, "AUTO_CPU_FUSED_FOR_BF16", True)
     assert _ssm.resolve_ssm_method("auto", states=10, matmul_dtype=jnp.bfloat16) == "fused"
-    assert _ssm.resolve_ssm_method("auto", states=10) == "chunked"
+    assert _ssm.resolve_ssm_method("auto", states=10) == scan
     y = ssm(u)
     assert calls == [jnp.bfloat16]
     ssm(u, resets=jnp.zeros((64,), bool))

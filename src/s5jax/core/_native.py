@@ -23,6 +23,7 @@ import ctypes
 import functools
 import hashlib
 import importlib.metadata
+import logging
 import os
 import platform
 import shutil
@@ -44,6 +45,7 @@ _TARGET = "s5jax_recurrence"
 _TARGET_ADJOINT = "s5jax_recurrence_adjoint"
 _DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
 
+_log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _state: dict = {}  # "ok": bool, "error": str, "library": Path
 
@@ -113,6 +115,7 @@ def _build(cxx: str) -> Path:
                 "set S5JAX_CACHE_DIR to a writable folder"
             ) from err
         cmd = [cxx, *_FLAGS, "-isystem", include, str(_SOURCE), "-o", str(tmp)]
+        _log.info("compiling the native scan kernel (once per host; cached as %s)", target)
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(

@@ -14,10 +14,11 @@ recurrences: [Re B̃u | Im B̃u] = u [B_reᵀ | B_imᵀ] and Re(C̃x) = [x_re | 
 matmuls, free of dtype promotion, and each (L, H) array is read or written once.
 
 Two ways to compute y (the `method` argument): a scan method of `linear_recurrence`
-(`"sequential"`, `"parallel"`, `"chunked"`, …) on complex (L, P) arrays, or `"fused"`: B̃u, the
-recurrences and C̃x blockwise in real (re, im) planes with its own VJP (below). `"auto"` is
-`"chunked"` on CPU, `"fused"` there for long sequences (`AUTO_CPU_FUSED_ABOVE`), and the
-backend's scan elsewhere (see `resolve_ssm_method`).
+(`"sequential"`, `"parallel"`, `"chunked"`, `"native"`, …) on complex (L, P) arrays, or
+`"fused"`: B̃u, the recurrences and C̃x blockwise in real (re, im) planes with its own VJP
+(below). `"auto"` is `"native"` on CPU where the C++ kernel builds (`AUTO_CPU_NATIVE`; else
+`"chunked"`), `"fused"` there for long sequences (`AUTO_CPU_FUSED_ABOVE`), and the backend's
+scan elsewhere (see `resolve_ssm_method`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from jax.custom_batching import custom_vmap
 from jaxtyping import Array, Bool, Complex, Float
 
 from ._discretize import discretize, get_coefficients
+from ._native import native_available
 from ._products import matmul
 from ._scan import SCAN_METHODS, linear_recurrence, resolve_scan_method
 
@@ -46,13 +48,32 @@ __all__ = [
 
 
 AUTO_CPU = "chunked"
-"""What `"auto"` picks on CPU for sequences up to `AUTO_CPU_FUSED_ABOVE` stored states.
-Measured on the 2-core AMD EPYC (AVX2), jax 0.10.2, one interleaved run of
-`benchmarks/train_step.py --methods auto,fused --ceiling` (2026-11-26; `docs/results.md`):
+"""What `"auto"` picks on CPU for sequences up to `AUTO_CPU_FUSED_ABOVE` stored states
+where it does not run the native scan (`AUTO_CPU_NATIVE`). Measured on the 2-core AMD EPYC
+(AVX2), jax 0.10.2, one interleaved run of `benchmarks/train_step.py --methods auto,fused
+--ceiling` (2026-11-26; `docs/results.md`):
 the whole training step was faster with `"chunked"` than with `"fused"` on 9 of the 11
 paper configs (e.g. ListOps 534 vs 663 ms, Speech 328 vs 644 ms), slower on Retrieval
 (1,882 vs 1,557 ms; 1,829 vs 1,744 ms in a 5-round rerun) and the pendulum (252 vs 239 ms,
 where per-step Δ makes both run the sequential scan). `"fused"` stays available by name."""
+
+AUTO_CPU_NATIVE = True
+"""Whether `"auto"` on CPU runs the C++ scan (`"native"`, `_native.py`) instead of `AUTO_CPU`
+where the kernel is available: a C++ compiler found, the build succeeded (once per host,
+cached; about 7 s on a 2-core Intel Xeon), `S5JAX_NATIVE` not `0`. It also needs a single
+device (`jax.device_count() == 1`): XLA's partitioner cannot split a custom call over
+devices, so with the batch sharded it gathers the whole batch onto every device first
+(the compiled step has an all-gather before the call); several devices keep `AUTO_CPU`.
+Elsewhere `"auto"` falls back to `AUTO_CPU`, silently (`s5jax.core.native_build_error()`
+says why). Same results as `"chunked"` to float rounding (the same recurrence, one pass
+over memory each way). Measured as whole training steps of the 11 paper configs, both
+scans in one interleaved run per precision (2-core Intel Xeon, 2026-11-28, load 1.5–1.6;
+`benchmarks/train_step.py --methods chunked,native --precision fp32,bf16 --repeats 3 --out
+train-step-native-auto`; `docs/results.md`), chunked / native ms: Retrieval 1,617 / 1,017
+(fp32) and 1,439 / 1,096 (bf16), Speech 259 / 233 and 244 / 228, Path-X (L 4096) 298 / 254
+and 232 / 240; over all 11 the geometric mean of chunked / native is 1.08 (fp32) and 1.04
+(bf16), single configs 0.88–1.59, the ones under 1 within that run's noise (sMNIST fp32
+626 / 711 ms, while its bf16 step, which should be the faster, took 708)."""
 
 AUTO_CPU_FUSED_ABOVE = 2**21
 """Above this many stored states per sequence (L × P, × 2 when bidirectional), `"auto"` on
@@ -88,16 +109,19 @@ bfloat16 arithmetic, bf16 is slower than fp32 either way (`docs/performance.md`)
 
 
 def resolve_ssm_method(method: str, *, states: int | None = None, matmul_dtype=None) -> str:
-    """Validate an SSM `method` and map `"auto"`: on CPU `AUTO_CPU` (`"chunked"`), or
-    `"fused"` when `states` (L × P × directions of one sequence) exceeds
-    `AUTO_CPU_FUSED_ABOVE` (or, with `AUTO_CPU_FUSED_FOR_BF16` set, when the products run in a
-    reduced `matmul_dtype`); the backend's scan (`"parallel"`) elsewhere. Other names pass
-    through (`"fused"` or a scan method).
+    """Validate an SSM `method` and map `"auto"`: on CPU `"native"` (`AUTO_CPU_NATIVE`: where
+    the C++ kernel is available and there is one device; this may compile it, once) else
+    `AUTO_CPU` (`"chunked"`), or `"fused"` when `states` (L × P × directions of one
+    sequence) exceeds `AUTO_CPU_FUSED_ABOVE` (or, with `AUTO_CPU_FUSED_FOR_BF16` set, when
+    the products run in a reduced `matmul_dtype`); the backend's scan (`"parallel"`)
+    elsewhere. Other names pass through (`"fused"` or a scan method).
 
-    `"fused"` falls back to what `"auto"` picks otherwise (`"chunked"` on CPU) where it does
-    not apply: `resets` or an L without a block size. With per-step `dt` (a per-step Λ̄)
-    `"auto"` and `"fused"` run the backend's scan (`"sequential"` on CPU).
+    `"fused"` falls back to what `"auto"` picks otherwise (`"native"` or `"chunked"` on CPU)
+    where it does not apply: `resets` or an L without a block size. With per-step `dt` (a
+    per-step Λ̄) `"auto"` runs that scan at any length and `"fused"` the backend's scan
+    (`"sequential"` on CPU).
     """
+    check_ssm_method(method)
     if method == "fused":
         return method
     if method == "auto" and jax.default_backend() == "cpu":
@@ -105,12 +129,19 @@ def resolve_ssm_method(method: str, *, states: int | None = None, matmul_dtype=N
             return "fused"
         if matmul_dtype is not None and AUTO_CPU_FUSED_FOR_BF16:
             return "fused"
+        if AUTO_CPU_NATIVE and jax.device_count() == 1 and native_available():
+            return "native"
         return AUTO_CPU
-    if method != "auto" and method not in SCAN_METHODS:
+    return resolve_scan_method(method)
+
+
+def check_ssm_method(method: str) -> None:
+    """Raise a `ValueError` unless `method` is `"auto"`, `"fused"` or a scan method. Builds
+    nothing (`resolve_ssm_method("auto")` may compile the native kernel on first use)."""
+    if method not in ("auto", "fused") and method not in SCAN_METHODS:
         raise ValueError(
             f"scan method must be 'auto', 'fused' or one of {sorted(SCAN_METHODS)}, got {method!r}"
         )
-    return resolve_scan_method(method)
 
 
 def apply_ssm(
@@ -140,14 +171,15 @@ def apply_ssm(
     - `initial_state`: forward state before u_0 (unidirectional only); zeros if `None`.
     - `resets`: (L,) booleans marking where a new episode starts; neither direction carries
       state across such a boundary.
-    - `method`: `"auto"` (on CPU the chunked scan, or `"fused"` above
+    - `method`: `"auto"` (on CPU the native scan where it builds, else the chunked scan;
+      `"fused"` above
       `AUTO_CPU_FUSED_ABOVE` states L × P × directions or under bfloat16 products; the
       parallel scan elsewhere),
       `"fused"` (blockwise real matrix products and recurrences, reverse-mode
       differentiable only; falls back to `"auto"`'s scan with `resets` or an L without a
       block size) or a scan method of `linear_recurrence` (`"sequential"`, `"parallel"`,
-      `"chunked"`, …). With per-step `dt` (`apply_ssm_continuous`), `"auto"` and `"fused"`
-      run the backend's scan (`"sequential"` on CPU).
+      `"chunked"`, `"native"`, …). With per-step `dt` (`apply_ssm_continuous`), `"auto"` runs
+      its scan at any length and `"fused"` the backend's scan (`"sequential"` on CPU).
     - `return_state`: also return the final forward state.
 
     **Returns:** y of shape (L, H), real; with `return_state`, `(y, final_state)`.

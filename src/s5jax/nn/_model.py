@@ -142,8 +142,8 @@ class S5Model(eqx.Module):
     - `d_input`: input features per step (ignored by the embedding encoder).
     - `n_outputs`: classes (classification, retrieval) or output dimensions (regression).
     - `vocab`: one-hot width of token inputs (embedding encoder), else None.
-    - `scan_method`: how each SSM is computed: `"auto"` (on CPU the chunked scan, or the
-      fused path above 2²¹ states per sequence and layer),
+    - `scan_method`: how each SSM is computed: `"auto"` (on CPU the native C++ scan where it builds,
+      else the chunked scan, and the fused path above 2²¹ states per sequence and layer),
       `"fused"`, or
       a scan: `"sequential"`, `"parallel"`, `"chunked"`, `"native"`, `"pallas"` (see
       `s5jax.core.apply_ssm`).

@@ -17,7 +17,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Complex, Float, PRNGKeyArray
 
 from .. import core
-from ..core._ssm import _apply_continuous, _continuous_step, resolve_ssm_method
+from ..core._ssm import _apply_continuous, _continuous_step, check_ssm_method
 from ._dense import check_precision
 from ._tags import param_field
 
@@ -98,7 +98,7 @@ class S5SSM(eqx.Module):
                 f"discretization must be one of {sorted(core.DISCRETIZATIONS)}, "
                 f"got {discretization!r}"
             )
-        resolve_ssm_method(scan_method)
+        check_ssm_method(scan_method)
         core.check_dt_range(dt_min, dt_max)
         lam_key, b_key, c_key, cb_key, d_key, dt_key = jax.random.split(key, 6)
         Lambda, V, V_inv = core.init_lambda(
