@@ -93,12 +93,13 @@ class ModelConfig:
     `conj_sym` only half the states are stored (`state_size`) and that block size must be even.
 
     `scan_method` picks how the SSM recurrence is computed (same results): `"auto"`
-    (chunked on CPU, fused there for sequences of more than 2²¹ states L × P × directions;
-    parallel elsewhere), `"fused"` (B̃u, recurrences and C̃x blockwise in real
-    planes with its own backward pass), `"sequential"`, `"parallel"`
-    (`associative_scan`), `"chunked"` (in-place chunked loop with its own backward pass) or
-    `"pallas"` (fused GPU kernel; interpret mode elsewhere, slow) or `"native"` (C++ CPU
-    kernel, compiled on first use; needs a C++ compiler): see `s5jax.core`.
+    (on CPU native where its kernel builds and there is one device, else chunked; fused
+    there for sequences of more than 2²¹ states L × P × directions; parallel elsewhere),
+    `"fused"` (B̃u, recurrences and C̃x blockwise in real planes with its own backward
+    pass), `"sequential"`, `"parallel"` (`associative_scan`), `"chunked"` (in-place chunked
+    loop with its own backward pass), `"pallas"` (fused GPU kernel; interpret mode
+    elsewhere, slow) or `"native"` (C++ CPU kernel, compiled on first use; needs a C++
+    compiler): see `s5jax.core`.
 
     `remat` trades compute for memory in training (results are unchanged): `"layers"`
     recomputes each sequence layer in the backward pass (only layer inputs are kept), `"ssm"`
