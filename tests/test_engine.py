@@ -11,12 +11,14 @@ import textwrap
 import numpy as np
 import pytest
 
+from s5jax import core
 from s5jax.config import apply_overrides, load_experiment
 from s5jax.data import Split
 from s5jax.train import read_metrics
 from s5jax.train._checkpoint import Checkpoints
 from s5jax.train._datasets import synthetic_dataset
 from s5jax.train._engine import TrainingDiverged, train_and_evaluate
+from s5jax.train._run_info import native_scan_status
 
 
 def _cfg(*overrides):
@@ -41,6 +43,12 @@ def test_a_run_writes_its_outputs_and_learns(tmp_path):
     assert json.loads((run / "results.json").read_text()) == summary
     info = json.loads((run / "run_info.json").read_text())
     assert info["versions"]["jax"] and info["n_params"] == summary["n_params"]
+    # Which scan "auto" could use here, so that two hosts' speeds can be told apart.
+    assert info["scan_method"] == cfg.model.scan_method == "auto"
+    if core.native_available():
+        assert info["native_scan"] == "available"
+    else:
+        assert info["native_scan"] == f"unavailable: {core.native_build_error()}"
     epochs = read_metrics(run, kind="epoch")
     assert [r["epoch"] for r in epochs] == [1, 2, 3]
     assert len(_step_losses(run)) == 3 * 16
@@ -49,6 +57,20 @@ def test_a_run_writes_its_outputs_and_learns(tmp_path):
     best = max(epochs, key=lambda r: r["val_accuracy"])
     assert summary["test_at_best_val"] == best["test_accuracy"]
     assert any((run / "tensorboard").iterdir())
+
+
+def test_native_scan_status_does_not_build_for_methods_that_cannot_use_it(monkeypatch):
+    def must_not_build():
+        raise AssertionError("native_available() was called")
+
+    monkeypatch.setattr(core, "native_available", must_not_build)
+    assert native_scan_status("chunked") == "not used (scan_method = 'chunked')"
+    assert native_scan_status("fused") == "not used (scan_method = 'fused')"
+    monkeypatch.setattr(core, "native_available", lambda: False)
+    monkeypatch.setattr(core, "native_build_error", lambda: "S5JAX_NATIVE=0 is set")
+    assert native_scan_status("auto") == "unavailable: S5JAX_NATIVE=0 is set"
+    monkeypatch.setattr(core, "native_available", lambda: True)
+    assert native_scan_status("native") == "available"
 
 
 def test_best_ties_choose_the_earliest_or_the_lower_loss_epoch(tmp_path):

@@ -15,7 +15,7 @@ import jax
 
 from .._atomic import atomic_write_json
 
-__all__ = ["git_commit", "run_info", "write_json"]
+__all__ = ["git_commit", "native_scan_status", "run_info", "write_json"]
 
 _PACKAGES = ("s5jax", "jax", "jaxlib", "equinox", "optax", "orbax-checkpoint", "numpy", "pillow")
 
@@ -37,6 +37,18 @@ def _version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def native_scan_status(scan_method: str) -> str:
+    """Whether the C++ scan could run here, for a model with `scan_method`: `"available"`,
+    `"unavailable: <why>"`, or not asked when the method cannot use it (asking builds it).
+    On CPU `"auto"` runs it where it is available and there is one device, so two runs of
+    one config can differ in speed by what this says (`s5jax.core._ssm.AUTO_CPU_NATIVE`)."""
+    from ..core import native_available, native_build_error
+
+    if scan_method not in ("auto", "native"):
+        return f"not used (scan_method = {scan_method!r})"
+    return "available" if native_available() else f"unavailable: {native_build_error()}"
 
 
 def run_info(**extra: Any) -> dict[str, Any]:
