@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import jax
 import numpy as np
 import pytest
 
@@ -66,6 +67,9 @@ def test_native_scan_status_does_not_build_for_methods_that_cannot_use_it(monkey
     monkeypatch.setattr(core, "native_available", must_not_build)
     assert native_scan_status("chunked") == "not used (scan_method = 'chunked')"
     assert native_scan_status("fused") == "not used (scan_method = 'fused')"
+    monkeypatch.setattr(jax, "device_count", lambda *args: 2)
+    assert native_scan_status("auto") == "not used (2 devices: 'auto' runs the chunked scan)"
+    monkeypatch.setattr(jax, "device_count", lambda *args: 1)
     monkeypatch.setattr(core, "native_available", lambda: False)
     monkeypatch.setattr(core, "native_build_error", lambda: "S5JAX_NATIVE=0 is set")
     assert native_scan_status("auto") == "unavailable: S5JAX_NATIVE=0 is set"

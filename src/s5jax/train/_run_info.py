@@ -41,13 +41,15 @@ def _version(name: str) -> str | None:
 
 def native_scan_status(scan_method: str) -> str:
     """Whether the C++ scan could run here, for a model with `scan_method`: `"available"`,
-    `"unavailable: <why>"`, or not asked when the method cannot use it (asking builds it).
+    `"unavailable: <why>"`, or not asked when the run cannot use it (asking builds it).
     On CPU `"auto"` runs it where it is available and there is one device, so two runs of
     one config can differ in speed by what this says (`s5jax.core._ssm.AUTO_CPU_NATIVE`)."""
     from ..core import native_available, native_build_error
 
     if scan_method not in ("auto", "native"):
         return f"not used (scan_method = {scan_method!r})"
+    if scan_method == "auto" and (n := jax.device_count()) > 1:
+        return f"not used ({n} devices: 'auto' runs the chunked scan)"
     return "available" if native_available() else f"unavailable: {native_build_error()}"
 
 
