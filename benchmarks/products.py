@@ -15,8 +15,14 @@ times the two interleaved in one process at `benchmarks/train_step.py`'s CPU sha
 product) against `MASTER_WEIGHT_GRADIENT = False` (the cast outside: each example's weight
 gradient rounded to bfloat16 before the batch's sum).
 
+`--switch native-planar` compares the native scan on the products' [Re | Im] rows
+(`s5jax.core._ssm.NATIVE_PLANAR`, as shipped) against the same kernel on complex arrays (with
+the passes that pack the products' output into them and back), where `auto` runs the native
+scan (one CPU device, a C++ compiler).
+
     .venv/bin/python benchmarks/products.py [--configs listops,text,...] [--repeats N]
-        [--switch vmap-friendly|master-weight] [--precision fp32|bf16] [--out NAME]
+        [--switch vmap-friendly|master-weight|native-planar] [--precision fp32|bf16]
+        [--out NAME]
 """
 
 from __future__ import annotations
@@ -30,26 +36,27 @@ import train_step as ts
 from _common import device_info, out_name, print_table, time_interleaved, write_json
 
 from s5jax.config import load_experiment
-from s5jax.core import _products
+from s5jax.core import _products, _ssm
 
 DEFAULT_CONFIGS = "listops,text,retrieval,image,pathfinder,pendulum,smnist,psmnist,scifar"
 
 
-SWITCHES = {  # --switch: (the module flag, the names of the variants with it on and off)
-    "vmap-friendly": ("VMAP_FRIENDLY_GRADIENT", "vmap-friendly", "plain"),
-    "master-weight": ("MASTER_WEIGHT_GRADIENT", "cast inside", "cast outside"),
+SWITCHES = {  # --switch: (module, its flag, the names of the variants with it on and off)
+    "vmap-friendly": (_products, "VMAP_FRIENDLY_GRADIENT", "vmap-friendly", "plain"),
+    "master-weight": (_products, "MASTER_WEIGHT_GRADIENT", "cast inside", "cast outside"),
+    "native-planar": (_ssm, "NATIVE_PLANAR", "planar", "complex"),
 }
 
 
 @contextlib.contextmanager
-def _switched_off(flag: str):
-    """While tracing: `s5jax.core._products.<flag>` False."""
-    saved = getattr(_products, flag)
-    setattr(_products, flag, False)
+def _switched_off(module, flag: str):
+    """While tracing: `module.<flag>` False."""
+    saved = getattr(module, flag)
+    setattr(module, flag, False)
     try:
         yield
     finally:
-        setattr(_products, flag, saved)
+        setattr(module, flag, saved)
 
 
 def main() -> None:
@@ -64,7 +71,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     tasks, _ = ts.parse_configs_and_methods(parser, args)
-    flag, on, off = SWITCHES[args.switch]
+    module, flag, on, off = SWITCHES[args.switch]
 
     rows = []
     for task in tasks:
@@ -76,7 +83,7 @@ def main() -> None:
         batch = ts.random_batch(task, s, jax.random.PRNGKey(1))
         key = jax.random.PRNGKey(2)
         fns = {}
-        variants = ((on, contextlib.nullcontext()), (off, _switched_off(flag)))
+        variants = ((on, contextlib.nullcontext()), (off, _switched_off(module, flag)))
         for name, tracing in variants:
             fns[name], _, _ = ts._ours(cfg, s, batch, key, "auto")
             with tracing:
@@ -95,7 +102,8 @@ def main() -> None:
     ])  # fmt: skip
     path = write_json(args.out, {
         "benchmark": "products", "device": device_info(), "repeats": args.repeats,
-        "scan_method": "auto", "switch": args.switch, "flag": flag, "variants": [on, off],
+        "scan_method": "auto", "switch": args.switch, "flag": f"{module.__name__}.{flag}",
+        "variants": [on, off],
         "precision": args.precision, "rows": rows,
     })  # fmt: skip
     print(f"wrote {path}")

@@ -182,6 +182,134 @@ def test_native_under_nested_vmap_with_batched_per_step_decay():
                                    rtol=1e-12, atol=1e-12)  # fmt: skip
 
 
+def _planar_definition(a, b, bidirectional):
+    """[Re x | Im x] (and the reverse-time direction) by the loop in test_scan, float64."""
+    P = a.shape[0]
+    bc = b[:, :P] + 1j * b[:, P:]
+    fwd = _loop(a, bc, False, None, None)
+    if not bidirectional:
+        return np.concatenate([fwd.real, fwd.imag], axis=1)
+    bwd = _loop(a, bc, True, None, None)
+    return np.concatenate([fwd.real, bwd.real, fwd.imag, bwd.imag], axis=1)
+
+
+def _planar_by_linear_recurrence(a, b, bidirectional):
+    """The same states by the complex-array `linear_recurrence` (for autodiff)."""
+    P = a.shape[0]
+    bc = jax.lax.complex(b[:, :P], b[:, P:])
+    xs = [core.linear_recurrence(a, bc, method="sequential")[0]]
+    if bidirectional:
+        xs.append(core.linear_recurrence(a, bc, reverse=True, method="sequential")[0])
+    return jnp.concatenate([x.real for x in xs] + [x.imag for x in xs], axis=1)
+
+
+@needs_native
+@settings(max_examples=25, deadline=None)
+@given(
+    L=st.integers(1, 40),
+    P=st.integers(1, 5),
+    bidirectional=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_planar_states_equal_the_definition_and_their_gradients_float64(L, P, bidirectional, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.5, 1, P) * np.exp(1j * rng.uniform(-3, 3, P))
+    b = rng.normal(size=(L, 2 * P))
+    w = rng.normal(size=(L, (4 if bidirectional else 2) * P))
+    with jax.enable_x64(True):
+        a, b, w = jnp.asarray(a), jnp.asarray(b), jnp.asarray(w)
+        xs = _native.native_planar_states(a, b, bidirectional)
+        assert xs.dtype == jnp.float64
+        want = _planar_definition(np.asarray(a), np.asarray(b), bidirectional)
+        np.testing.assert_allclose(np.asarray(xs), want, rtol=1e-12, atol=1e-12)
+
+        def loss(f):  # nonlinear in x, so that the cotangents differ from step to step
+            return lambda a, b: jnp.sum(w * jnp.sin(f(a, b, bidirectional)))
+
+        got = jax.grad(loss(_native.native_planar_states), argnums=(0, 1))(a, b)
+        want = jax.grad(loss(_planar_by_linear_recurrence), argnums=(0, 1))(a, b)
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-11, atol=1e-11)
+
+
+@needs_native
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_planar_states_split_over_threads_lane_blocks_and_streaming_stores(
+    monkeypatch, threads, bidirectional
+):
+    # One sequence splits its lanes into blocks of 16 over the threads (P 40: blocks of 16 and
+    # 24); 3 × 2048 × 2 · 2 · 528 float32 = 50 MiB of states: above the streaming-store
+    # threshold; odd sequence counts split unevenly.
+    monkeypatch.setenv("S5JAX_NATIVE_THREADS", threads)
+    rng = np.random.default_rng(12)
+    for B, L, P in ((1, 4096, 40), (3, 2048, 528)):
+        a = jnp.asarray(0.999 * np.exp(1j * rng.uniform(-np.pi, np.pi, P)), jnp.complex64)
+        b = jnp.asarray(rng.normal(size=(B, L, 2 * P)), jnp.float32)
+        w = jnp.asarray(rng.normal(size=(B, L, (4 if bidirectional else 2) * P)), jnp.float32)
+
+        def run(f, a=a):
+            return jax.vmap(lambda bb: f(a, bb, bidirectional))
+
+        def loss(a, b, f):
+            return jnp.sum(w * run(f, a)(b))
+
+        got = jax.jit(run(_native.native_planar_states))(b)
+        want = jax.jit(run(_planar_by_linear_recurrence))(b)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-4, atol=2e-4)
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
+        ga, gb = grad(a, b, _native.native_planar_states)
+        ea, eb = grad(a, b, _planar_by_linear_recurrence)
+        np.testing.assert_allclose(np.asarray(gb), np.asarray(eb), rtol=2e-4, atol=2e-4)
+        scale = float(jnp.max(jnp.abs(ea)))  # ā sums B·L·directions products
+        np.testing.assert_allclose(np.asarray(ga), np.asarray(ea), rtol=0, atol=1e-4 * scale)
+
+
+@needs_native
+def test_planar_states_reject_what_they_cannot_run():
+    a = jnp.ones(3, jnp.complex64)
+    with pytest.raises(ValueError, match=r"real \(L, 2P\)"):
+        _native.native_planar_states(a, jnp.ones((4, 5), jnp.float32))
+    with pytest.raises(ValueError, match=r"a must be \(2,\)"):
+        _native.native_planar_states(a, jnp.ones((4, 4), jnp.float32))
+
+
+@needs_native
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_native_ssm_runs_the_planar_kernel_and_equals_the_complex_path(
+    monkeypatch, getkey, bidirectional
+):
+    from s5jax.core import _ssm
+
+    rng = np.random.default_rng(3)
+    H, P, n = 6, 8, 2 if bidirectional else 1
+    Lambda_bar = np.exp(-rng.uniform(0.01, 0.5, P) + 1j * rng.uniform(-3, 3, P))
+    B_bar = rng.normal(size=(P, H)) + 1j * rng.normal(size=(P, H))
+    C = rng.normal(size=(H, n * P)) + 1j * rng.normal(size=(H, n * P))
+    args = [jnp.asarray(z, jnp.complex64) for z in (Lambda_bar, B_bar, C)]
+    args += [jnp.asarray(rng.normal(size=H), jnp.float32), jax.random.normal(getkey(), (29, H))]
+
+    def traced():  # a new function each time: jax caches traces by function
+        def loss(Lambda_bar, B, C, D, u):
+            y, final = core.apply_ssm(Lambda_bar, B, C, D, u, bidirectional=bidirectional,
+                                      method="native", return_state=True)  # fmt: skip
+            return jnp.sum(jnp.sin(y)) + jnp.sum(jnp.abs(final) ** 2), (y, final)
+
+        run = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True)
+        return str(jax.make_jaxpr(run)(*args)), run(*args)
+
+    jaxpr, ((_, (y, final)), grads) = traced()
+    assert "s5jax_planar" in jaxpr
+    monkeypatch.setattr(_ssm, "NATIVE_PLANAR", False)
+    jaxpr, ((_, (y_c, final_c)), grads_c) = traced()
+    assert "s5jax_planar" not in jaxpr and "s5jax_recurrence" in jaxpr
+    np.testing.assert_allclose(np.asarray(y), np.asarray(y_c), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(final), np.asarray(final_c), rtol=1e-5, atol=1e-5)
+    for g, e in zip(grads, grads_c):
+        scale = float(jnp.max(jnp.abs(e)))
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=0, atol=1e-5 * scale)
+
+
 @needs_native
 @pytest.mark.parametrize("reference", ["sequential", "fused"])
 def test_s5_layer_with_native_scan_matches_other_methods(getkey, reference):

@@ -2,7 +2,9 @@
 //
 // Compiled on first use by s5jax.core._native (the system C++ compiler, the XLA FFI headers
 // that jaxlib ships) and registered as the CPU targets "s5jax_recurrence" and
-// "s5jax_recurrence_adjoint". One pass over memory each: the forward kernel reads b once and
+// "s5jax_recurrence_adjoint" (complex or real arrays, below), and "s5jax_planar" and
+// "s5jax_planar_adjoint" (complex states as real [Re | Im] rows, further down). One pass over
+// memory each: the forward kernel reads b once and
 // writes x once; the adjoint kernel reads g and x once and writes b̄ once (and ā, which is
 // (P,) per sequence when a is time-invariant). The state lives in a small per-sequence buffer.
 //
@@ -278,6 +280,145 @@ void Adjoint(const T* a_in, const T* g_in, const T* x_in, T* lam_out, T* a_bar_o
   });
 }
 
+// ---- planar complex states: rows [Re | Im] -----------------------------------------------------
+// The SSM's products give B̃u as real rows [Re | Im] (2P) and take the states the same way, so a
+// kernel on that layout saves the passes that pack them into complex arrays and back (and, in
+// the backward pass, unpack the cotangents and add the two directions'). Time-invariant a only:
+//   forward  x→_k = a ⊙ x→_{k−1} + b_k, and with `bidirectional` x←_k = a ⊙ x←_{k+1} + b_k
+//            (the same b); output rows of D·2P reals: [Re x | Im x] (D = 1) or
+//            [Re x→ | Re x← | Im x→ | Im x←] (D = 2), the order of the output weight's rows.
+//   adjoint  with real cotangents (∂loss/∂Re, ∂loss/∂Im), per direction
+//            λ_k = g_k + conj(a) ⊙ λ_{k+1} (k−1 for x←), b̄_k = Σ_d λ_{d,k},
+//            ā = Σ_d Σ_k conj(x_{d,k−1}) ⊙ λ_{d,k} (x_{k+1} for x←), as the pair (∂/∂Re a, ∂/∂Im a).
+// The lanes of Re and Im are separate rows, so the inner loops vectorise as they are.
+// Work units: (sequence, block of lanes). The lanes' recurrences are independent, so one
+// sequence (e.g. batch 1) still splits over the threads, and each unit runs every direction of
+// its lanes (their b̄ rows add up with no other thread touching them). Blocks are whole multiples
+// of 16 lanes (64-byte cache lines of float32) but the last.
+struct Lanes {
+  int64_t blocks = 1;
+  int64_t Begin(int64_t P, int64_t j) const {
+    return j == blocks ? P : (P / 16) * j / blocks * 16;
+  }
+};
+
+Lanes SplitLanes(int64_t N, int64_t P, int64_t elements) {
+  Lanes lanes;
+  const int T = Threads(N * std::max<int64_t>(1, P / 16), elements);
+  if (N < T) lanes.blocks = std::min<int64_t>((T + N - 1) / N, std::max<int64_t>(1, P / 16));
+  return lanes;
+}
+
+template <typename R>
+void PlanarForward(const R* a, const R* b, R* x, int64_t N, int64_t L, int64_t P, int64_t D) {
+  const int64_t W = 2 * D * P;  // reals per output row
+  const bool stream = N * L * W * static_cast<int64_t>(sizeof(R)) >= kStreamBytes;
+  const Lanes lanes = SplitLanes(N, P, N * L * P * D);
+  ParallelOver(N * lanes.blocks, N * L * P * D, [=](int64_t u0, int64_t u1) {
+    std::vector<R> s(static_cast<size_t>(2 * P));
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t n = u / lanes.blocks, j = u % lanes.blocks;
+      const int64_t p0 = lanes.Begin(P, j), Pj = lanes.Begin(P, j + 1) - p0;
+      const size_t row = static_cast<size_t>(Pj) * sizeof(R);
+      R* sr = s.data();
+      R* si = sr + Pj;
+      const R* ar = a + n * 2 * P + p0;
+      const R* ai = ar + P;
+      for (int64_t d = 0; d < D; ++d) {
+        std::fill(s.begin(), s.end(), R(0));
+        for (int64_t i = 0; i < L; ++i) {
+          const int64_t k = d == 0 ? i : L - 1 - i;
+          const R* br = b + (n * L + k) * 2 * P + p0;
+          const R* bi = br + P;
+          for (int64_t p = 0; p < Pj; ++p) {
+            const R re = sr[p], im = si[p];
+            sr[p] = ar[p] * re - ai[p] * im + br[p];
+            si[p] = ar[p] * im + ai[p] * re + bi[p];
+          }
+          R* out = x + (n * L + k) * W + p0;
+          CopyRow(out + d * P, sr, row, stream);
+          CopyRow(out + (D + d) * P, si, row, stream);
+        }
+      }
+    }
+    StreamFence(stream);
+  });
+}
+
+template <typename R>
+void PlanarAdjoint(const R* a, const R* g, const R* x, R* b_bar, R* a_bar, int64_t N, int64_t L,
+                   int64_t P, int64_t D) {
+  const int64_t W = 2 * D * P;
+  // With two directions the second adds into b̄ rows the first wrote, so only D = 1 streams.
+  const bool stream = D == 1 && N * L * 2 * P * static_cast<int64_t>(sizeof(R)) >= kStreamBytes;
+  constexpr int64_t kFlush = 256;  // steps summed in R before adding into the double sum
+  const Lanes lanes = SplitLanes(N, P, N * L * P * D);
+  ParallelOver(N * lanes.blocks, N * L * P * D, [=](int64_t u0, int64_t u1) {
+    std::vector<R> s(static_cast<size_t>(2 * P)), part(static_cast<size_t>(2 * P));
+    std::vector<double> total(static_cast<size_t>(2 * P));
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t n = u / lanes.blocks, j = u % lanes.blocks;
+      const int64_t p0 = lanes.Begin(P, j), Pj = lanes.Begin(P, j + 1) - p0;
+      const size_t row = static_cast<size_t>(Pj) * sizeof(R);
+      R* lr = s.data();
+      R* li = lr + Pj;
+      R* pr = part.data();
+      R* pi = pr + Pj;
+      const R* ar = a + n * 2 * P + p0;
+      const R* ai = ar + P;
+      std::fill(total.begin(), total.end(), 0.0);
+      for (int64_t d = 0; d < D; ++d) {
+        std::fill(s.begin(), s.end(), R(0));
+        std::fill(part.begin(), part.end(), R(0));
+        for (int64_t i = 0; i < L; ++i) {  // opposite to the direction's own recurrence
+          const int64_t k = d == 0 ? L - 1 - i : i;
+          const int64_t prev = d == 0 ? k - 1 : k + 1;  // the step the recurrence took before k
+          const R* gr = g + (n * L + k) * W + d * P + p0;
+          const R* gi = g + (n * L + k) * W + (D + d) * P + p0;
+          for (int64_t p = 0; p < Pj; ++p) {  // λ ← g + conj(a) λ
+            const R re = lr[p], im = li[p];
+            lr[p] = ar[p] * re + ai[p] * im + gr[p];
+            li[p] = ar[p] * im - ai[p] * re + gi[p];
+          }
+          R* out = b_bar + (n * L + k) * 2 * P + p0;
+          if (d == 0) {
+            CopyRow(out, lr, row, stream);
+            CopyRow(out + P, li, row, stream);
+          } else {
+            for (int64_t p = 0; p < Pj; ++p) {
+              out[p] += lr[p];
+              out[P + p] += li[p];
+            }
+          }
+          if (prev >= 0 && prev < L) {
+            const R* xr = x + (n * L + prev) * W + d * P + p0;
+            const R* xi = x + (n * L + prev) * W + (D + d) * P + p0;
+            for (int64_t p = 0; p < Pj; ++p) {  // conj(x) λ
+              pr[p] += xr[p] * lr[p] + xi[p] * li[p];
+              pi[p] += xr[p] * li[p] - xi[p] * lr[p];
+            }
+          }
+          if ((i + 1) % kFlush == 0) {
+            for (int64_t q = 0; q < 2 * Pj; ++q) {
+              total[static_cast<size_t>(q)] += static_cast<double>(part[static_cast<size_t>(q)]);
+              part[static_cast<size_t>(q)] = R(0);
+            }
+          }
+        }
+        for (int64_t q = 0; q < 2 * Pj; ++q) {
+          total[static_cast<size_t>(q)] += static_cast<double>(part[static_cast<size_t>(q)]);
+        }
+      }
+      R* abn = a_bar + n * 2 * P + p0;
+      for (int64_t p = 0; p < Pj; ++p) {
+        abn[p] = static_cast<R>(total[static_cast<size_t>(p)]);
+        abn[P + p] = static_cast<R>(total[static_cast<size_t>(Pj + p)]);
+      }
+    }
+    StreamFence(stream);
+  });
+}
+
 struct Shape {
   int64_t N = 1, L = 0, P = 0;
 };
@@ -353,6 +494,73 @@ ffi::Error AdjointImpl(ffi::AnyBuffer a, ffi::AnyBuffer g, ffi::AnyBuffer x,
   }
 }
 
+// b (N, L, 2P) real; a (N, 2P) of the same dtype; D directions.
+ffi::Error GetPlanarShape(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, Shape* out) {
+  auto dims = b.dimensions();
+  if (dims.size() < 2 || dims[dims.size() - 1] % 2 != 0) {
+    return ffi::Error::InvalidArgument("s5jax_planar: b must be (..., L, 2P)");
+  }
+  Shape s;
+  s.P = dims[dims.size() - 1] / 2;
+  s.L = dims[dims.size() - 2];
+  for (size_t d = 0; d + 2 < dims.size(); ++d) s.N *= dims[d];
+  if (static_cast<int64_t>(a.element_count()) != s.N * 2 * s.P) {
+    return ffi::Error::InvalidArgument("s5jax_planar: a has " + std::to_string(a.element_count()) +
+                                       " elements, expected " + std::to_string(s.N * 2 * s.P));
+  }
+  if (a.element_type() != b.element_type()) {
+    return ffi::Error::InvalidArgument("s5jax_planar: a and b must share a dtype");
+  }
+  *out = s;
+  return ffi::Error::Success();
+}
+
+ffi::Error PlanarImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x,
+                      bool bidirectional) {
+  Shape s;
+  if (auto err = GetPlanarShape(a, b, &s); !err.success()) return err;
+  const int64_t D = bidirectional ? 2 : 1;
+  if (static_cast<int64_t>(x->element_count()) != s.N * s.L * 2 * D * s.P) {
+    return ffi::Error::InvalidArgument("s5jax_planar: x must be (..., L, 2·D·P)");
+  }
+  switch (b.element_type()) {
+    case ffi::DataType::F32:
+      PlanarForward<float>(Data<float>(a), Data<float>(b), Data<float>(*x), s.N, s.L, s.P, D);
+      return ffi::Error::Success();
+    case ffi::DataType::F64:
+      PlanarForward<double>(Data<double>(a), Data<double>(b), Data<double>(*x), s.N, s.L, s.P, D);
+      return ffi::Error::Success();
+    default:
+      return ffi::Error::InvalidArgument("s5jax_planar: dtype must be float32 or float64");
+  }
+}
+
+ffi::Error PlanarAdjointImpl(ffi::AnyBuffer a, ffi::AnyBuffer g, ffi::AnyBuffer x,
+                             ffi::Result<ffi::AnyBuffer> b_bar, ffi::Result<ffi::AnyBuffer> a_bar,
+                             bool bidirectional) {
+  Shape s;
+  if (auto err = GetPlanarShape(a, *b_bar, &s); !err.success()) return err;
+  const int64_t D = bidirectional ? 2 : 1;
+  const int64_t want = s.N * s.L * 2 * D * s.P;
+  if (static_cast<int64_t>(g.element_count()) != want ||
+      static_cast<int64_t>(x.element_count()) != want || g.element_type() != x.element_type() ||
+      g.element_type() != a.element_type()) {
+    return ffi::Error::InvalidArgument("s5jax_planar_adjoint: g and x must be (..., L, 2·D·P)");
+  }
+  switch (g.element_type()) {
+    case ffi::DataType::F32:
+      PlanarAdjoint<float>(Data<float>(a), Data<float>(g), Data<float>(x), Data<float>(*b_bar),
+                           Data<float>(*a_bar), s.N, s.L, s.P, D);
+      return ffi::Error::Success();
+    case ffi::DataType::F64:
+      PlanarAdjoint<double>(Data<double>(a), Data<double>(g), Data<double>(x),
+                            Data<double>(*b_bar), Data<double>(*a_bar), s.N, s.L, s.P, D);
+      return ffi::Error::Success();
+    default:
+      return ffi::Error::InvalidArgument("s5jax_planar_adjoint: dtype must be float32 or float64");
+  }
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxRecurrence, RecurrenceImpl,
@@ -372,3 +580,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxRecurrenceAdjoint, AdjointImpl,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<bool>("per_step")
                                   .Attr<bool>("reverse"));
+
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxPlanar, PlanarImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<bool>("bidirectional"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxPlanarAdjoint, PlanarAdjointImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<bool>("bidirectional"));

@@ -5,6 +5,9 @@ iteration, which holds a scan to roughly 0.4 of the memory bandwidth of an eleme
 (benchmarks/README.md). `_native.cc` is one loop in C++: each element of b is read once and
 each state written once, the state kept in a per-sequence buffer. The backward pass is one
 more loop of the same kind (the adjoint recurrence and ā fused; custom VJP).
+`native_planar_states` runs the same recurrence on the layout the SSM's products give and take
+(complex numbers as real rows [Re | Im], both directions of a bidirectional layer in one call),
+which saves the passes that pack them into complex arrays and back.
 
 The kernel is compiled on first use with the system C++ compiler (`$CXX`, else `c++`, `g++`
 or `clang++`) against the XLA FFI headers shipped with jaxlib, and cached in
@@ -37,12 +40,14 @@ import numpy as np
 
 from .._atomic import atomic_path
 
-__all__ = ["native_available", "native_build_error", "native_recurrence"]
+__all__ = ["native_available", "native_build_error", "native_planar_states", "native_recurrence"]
 
 _SOURCE = Path(__file__).with_name("_native.cc")
 _FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-march=native", "-pthread")
 _TARGET = "s5jax_recurrence"
 _TARGET_ADJOINT = "s5jax_recurrence_adjoint"
+_TARGET_PLANAR = "s5jax_planar"
+_TARGET_PLANAR_ADJOINT = "s5jax_planar_adjoint"
 _DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
 
 _log = logging.getLogger(__name__)
@@ -142,12 +147,13 @@ def _load() -> bool:
         try:
             path = _build(cxx)
             lib = ctypes.cdll.LoadLibrary(str(path))
-            jax.ffi.register_ffi_target(
-                _TARGET, jax.ffi.pycapsule(lib.S5jaxRecurrence), platform="cpu"
-            )
-            jax.ffi.register_ffi_target(
-                _TARGET_ADJOINT, jax.ffi.pycapsule(lib.S5jaxRecurrenceAdjoint), platform="cpu"
-            )
+            for target, symbol in (
+                (_TARGET, lib.S5jaxRecurrence),
+                (_TARGET_ADJOINT, lib.S5jaxRecurrenceAdjoint),
+                (_TARGET_PLANAR, lib.S5jaxPlanar),
+                (_TARGET_PLANAR_ADJOINT, lib.S5jaxPlanarAdjoint),
+            ):
+                jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
         except (OSError, RuntimeError, AttributeError) as err:
             _state["error"] = f"building or loading the native kernel failed: {err}"
             return False
@@ -223,3 +229,63 @@ def native_recurrence(a, b, reverse: bool = False):
     """
     _require(b.dtype)
     return _recurrence(a, b, bool(reverse))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _planar(a, b, bidirectional):
+    return _planar_forward(a, b, bidirectional)
+
+
+def _planar_forward(a, b, bidirectional):
+    L, width = b.shape[-2], b.shape[-1] * (2 if bidirectional else 1)
+    call = jax.ffi.ffi_call(
+        _TARGET_PLANAR,
+        jax.ShapeDtypeStruct((*b.shape[:-2], L, width), b.dtype),
+        vmap_method="broadcast_all",
+    )
+    return call(a, b, bidirectional=np.bool_(bidirectional))
+
+
+def _planar_fwd(a, b, bidirectional):
+    xs = _planar_forward(a, b, bidirectional)
+    return xs, (a, xs)
+
+
+def _planar_bwd(bidirectional, residuals, g):
+    a, xs = residuals
+    P2 = a.shape[-1]
+    call = jax.ffi.ffi_call(
+        _TARGET_PLANAR_ADJOINT,
+        (
+            jax.ShapeDtypeStruct((*g.shape[:-1], P2), g.dtype),
+            jax.ShapeDtypeStruct(a.shape, a.dtype),
+        ),
+        vmap_method="broadcast_all",
+    )
+    b_bar, a_bar = call(a, g, xs, bidirectional=np.bool_(bidirectional))
+    return a_bar, b_bar
+
+
+_planar.defvjp(_planar_fwd, _planar_bwd)
+
+
+def native_planar_states(a, b, bidirectional: bool = False):
+    """The states of x_k = a ⊙ x_{k−1} + b_k from a zero state, complex numbers kept as real
+    rows [Re | Im], by the native kernel: what the SSM's products give and take.
+
+    `a`: complex (P,) (time-invariant); `b`: real (L, 2P) = [Re b | Im b]. Returns real
+    (L, 2P) = [Re x | Im x], or with `bidirectional` (L, 4P) = [Re x→ | Re x← | Im x→ | Im x←],
+    where x← is the reverse-time recurrence x←_k = a ⊙ x←_{k+1} + b_k over the same b (one
+    kernel for both; in the backward pass the two directions' b̄ come out summed). float32 or
+    float64. Works under `jax.jit`, `jax.vmap` and `jax.grad` (custom VJP; the gradient
+    reaches complex `a` through its real and imaginary parts).
+    """
+    _require(b.dtype)
+    if not jnp.issubdtype(b.dtype, jnp.floating) or b.ndim != 2 or b.shape[-1] % 2:
+        raise ValueError(
+            f"native_planar_states: b must be a real (L, 2P) array, got {b.dtype} {b.shape}"
+        )
+    if a.shape != (b.shape[-1] // 2,):
+        raise ValueError(f"native_planar_states: a must be ({b.shape[-1] // 2},), got {a.shape}")
+    a2 = jnp.concatenate([jnp.real(a), jnp.imag(a)]).astype(b.dtype)
+    return _planar(a2, b, bool(bidirectional))

@@ -32,7 +32,7 @@ from jax.custom_batching import custom_vmap
 from jaxtyping import Array, Bool, Complex, Float
 
 from ._discretize import discretize, get_coefficients
-from ._native import native_available
+from ._native import native_available, native_planar_states
 from ._products import matmul
 from ._scan import SCAN_METHODS, linear_recurrence, resolve_scan_method
 
@@ -106,6 +106,12 @@ train-step-bf16-rpg`, bf16 chunked / fused ms: Text 723 / 1,035, Image 503 / 664
 197 / 251, Path-X (L 4096, batch 1) 181 / 342, Retrieval 765 / 762; `docs/results.md`). Long
 sequences still go to `"fused"` by `AUTO_CPU_FUSED_ABOVE`, for its memory. On CPUs without
 bfloat16 arithmetic, bf16 is slower than fp32 either way (`docs/performance.md`)."""
+
+
+NATIVE_PLANAR = True
+"""Whether `"native"` (time-invariant Λ̄, zero initial state, no resets) runs the kernel on the
+products' [Re | Im] rows (`_apply_planar`) instead of on complex arrays (`linear_recurrence`).
+Measurements: `benchmarks/products.py --switch native-planar`; `docs/results.md`."""
 
 
 def resolve_ssm_method(method: str, *, states: int | None = None, matmul_dtype=None) -> str:
@@ -213,6 +219,11 @@ def _apply(
                 return_state=return_state, matmul_dtype=matmul_dtype,
             )  # fmt: skip
         method = resolve_ssm_method("auto")
+    if method == "native" and NATIVE_PLANAR and resets is None and initial_state is None:
+        return _apply_planar(
+            Lambda_bar, B_bar, C_tilde, D, u, conj_sym=conj_sym, bidirectional=bidirectional,
+            return_state=return_state, matmul_dtype=matmul_dtype,
+        )  # fmt: skip
     Bu = _complex_matvecs(u, B_bar, matmul_dtype)
     return _ssm_from_elements(
         Lambda_bar, Bu, Lambda_bar, Bu, C_tilde, D, u,
@@ -381,21 +392,49 @@ def _ssm_from_elements(
         y = _project_states((xs, xs_b), C_tilde, matmul_dtype)
     else:
         y = _project(xs, C_tilde, matmul_dtype)
-    if matmul_dtype is not None:  # the feed-through in the state's real dtype
-        u = u.astype(y.dtype)
-    y = _scale(y, conj_sym) + D[None, :] * u
+    y = _feed_through(y, D, u, conj_sym, matmul_dtype)
     return (y, final) if return_state else y
 
 
+def _feed_through(y, D, u, conj_sym, matmul_dtype):
+    """(2·)y + D ⊙ u, the feed-through in the state's real dtype."""
+    if matmul_dtype is not None:
+        u = u.astype(y.dtype)
+    return _scale(y, conj_sym) + D[None, :] * u
+
+
+def _apply_planar(Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional, return_state,
+                  matmul_dtype):  # fmt: skip
+    """`_apply` with the native kernel on the products' own layout (`native_planar_states`):
+    B̃u comes out of its product as real rows [Re | Im] and the states go into C̃'s product the
+    same way, with no complex arrays between them. Same results as the complex path (the
+    same recurrence and products, in another memory layout); a zero initial state, no resets."""
+    C_tilde, D = jnp.asarray(C_tilde), jnp.asarray(D)
+    P, H = B_bar.shape
+    _check_c_d(C_tilde, D, P, H, bidirectional=bidirectional)
+    X = native_planar_states(Lambda_bar, _planar_matvecs(u, B_bar, matmul_dtype), bidirectional)
+    y = _weight_product(X, _output_weight(C_tilde), matmul_dtype, B_bar.real.dtype)
+    y = _feed_through(y, D, u, conj_sym, matmul_dtype)
+    if not return_state:
+        return y
+    re_im = X.shape[1] // 2  # the forward direction's state: columns :P and re_im:re_im + P
+    return y, jax.lax.complex(X[-1, :P], X[-1, re_im : re_im + P])
+
+
 def _complex_matvecs(u, M, matmul_dtype=None):
-    """M u_k for every row u_k of real `u` (L, H) and complex `M` (P, H): complex (L, P), by
-    one product u @ [Re Mᵀ | Im Mᵀ] (u is read once; see `_project_states`)."""
+    """M u_k for every row u_k of real `u` (L, H) and complex `M` (P, H): complex (L, P)."""
+    b = _planar_matvecs(u, M, matmul_dtype)
+    P = M.shape[0]
+    return jax.lax.complex(b[:, :P], b[:, P:])
+
+
+def _planar_matvecs(u, M, matmul_dtype=None):
+    """[Re(M u_k) | Im(M u_k)] for every row of real `u` (L, H): real (L, 2P), by one product
+    u @ [Re Mᵀ | Im Mᵀ] (u is read once; see `_project_states`)."""
     acc = M.real.dtype
     if matmul_dtype is None:
         u = u.astype(acc)
-    P = M.shape[0]
-    b = _weight_product(u, _input_weight(M), matmul_dtype, acc)
-    return jax.lax.complex(b[:, :P], b[:, P:])
+    return _weight_product(u, _input_weight(M), matmul_dtype, acc)
 
 
 def _input_weight(M):
