@@ -81,7 +81,7 @@ inline void StreamFence(bool stream) {
 }
 
 // ---- sequences split over threads -------------------------------------------------------------
-int Threads(int64_t N, int64_t elements) {
+int Threads(int64_t N, int64_t elements, int64_t per_thread = int64_t{1} << 18) {
   int avail = static_cast<int>(std::thread::hardware_concurrency());
 #if defined(__linux__)
   cpu_set_t set;
@@ -91,13 +91,14 @@ int Threads(int64_t N, int64_t elements) {
     const int v = std::atoi(env);
     if (v > 0) avail = v;
   }
-  const int64_t by_work = std::max<int64_t>(1, elements >> 18);  // ≥ 256k elements a thread
+  const int64_t by_work = std::max<int64_t>(1, elements / per_thread);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({avail, N, by_work})));
 }
 
 template <typename F>
-void ParallelOver(int64_t N, int64_t elements, F body) {  // body(n_begin, n_end)
-  const int T = Threads(N, elements);
+void ParallelOver(int64_t N, int64_t elements, F body,  // body(n_begin, n_end)
+                  int64_t per_thread = int64_t{1} << 18) {
+  const int T = Threads(N, elements, per_thread);
   if (T <= 1) {
     body(int64_t{0}, N);
     return;
@@ -302,11 +303,45 @@ struct Lanes {
   }
 };
 
+constexpr int64_t kPlanarPerThread = int64_t{1} << 16;
+
 Lanes SplitLanes(int64_t N, int64_t P, int64_t elements) {
   Lanes lanes;
-  const int T = Threads(N * std::max<int64_t>(1, P / 16), elements);
+  const int T = Threads(N * std::max<int64_t>(1, P / 16), elements, kPlanarPerThread);
   if (N < T) lanes.blocks = std::min<int64_t>((T + N - 1) / N, std::max<int64_t>(1, P / 16));
   return lanes;
+}
+
+// One step of each loop over a block of lanes, on separate (restrict) rows so that it
+// vectorises without runtime alias checks.
+template <typename R>
+inline void PlanarStep(R* __restrict sr, R* __restrict si, const R* __restrict ar,
+                       const R* __restrict ai, const R* __restrict br, const R* __restrict bi,
+                       int64_t n, R sign) {  // s ← a s + b (sign 1), or conj(a) s + b (sign −1)
+  for (int64_t p = 0; p < n; ++p) {
+    const R re = sr[p], im = si[p], c = sign * ai[p];
+    sr[p] = ar[p] * re - c * im + br[p];
+    si[p] = ar[p] * im + c * re + bi[p];
+  }
+}
+
+template <typename R>
+inline void PlanarAccumulate(R* __restrict pr, R* __restrict pi, const R* __restrict xr,
+                             const R* __restrict xi, const R* __restrict lr,
+                             const R* __restrict li, int64_t n) {  // p += conj(x) λ
+  for (int64_t q = 0; q < n; ++q) {
+    pr[q] += xr[q] * lr[q] + xi[q] * li[q];
+    pi[q] += xr[q] * li[q] - xi[q] * lr[q];
+  }
+}
+
+template <typename R>
+inline void PlanarAdd(R* __restrict out_r, R* __restrict out_i, const R* __restrict lr,
+                      const R* __restrict li, int64_t n) {
+  for (int64_t q = 0; q < n; ++q) {
+    out_r[q] += lr[q];
+    out_i[q] += li[q];
+  }
 }
 
 template <typename R>
@@ -330,11 +365,7 @@ void PlanarForward(const R* a, const R* b, R* x, int64_t N, int64_t L, int64_t P
           const int64_t k = d == 0 ? i : L - 1 - i;
           const R* br = b + (n * L + k) * 2 * P + p0;
           const R* bi = br + P;
-          for (int64_t p = 0; p < Pj; ++p) {
-            const R re = sr[p], im = si[p];
-            sr[p] = ar[p] * re - ai[p] * im + br[p];
-            si[p] = ar[p] * im + ai[p] * re + bi[p];
-          }
+          PlanarStep(sr, si, ar, ai, br, bi, Pj, R(1));
           R* out = x + (n * L + k) * W + p0;
           CopyRow(out + d * P, sr, row, stream);
           CopyRow(out + (D + d) * P, si, row, stream);
@@ -342,7 +373,7 @@ void PlanarForward(const R* a, const R* b, R* x, int64_t N, int64_t L, int64_t P
       }
     }
     StreamFence(stream);
-  });
+  }, kPlanarPerThread);
 }
 
 template <typename R>
@@ -375,28 +406,18 @@ void PlanarAdjoint(const R* a, const R* g, const R* x, R* b_bar, R* a_bar, int64
           const int64_t prev = d == 0 ? k - 1 : k + 1;  // the step the recurrence took before k
           const R* gr = g + (n * L + k) * W + d * P + p0;
           const R* gi = g + (n * L + k) * W + (D + d) * P + p0;
-          for (int64_t p = 0; p < Pj; ++p) {  // λ ← g + conj(a) λ
-            const R re = lr[p], im = li[p];
-            lr[p] = ar[p] * re + ai[p] * im + gr[p];
-            li[p] = ar[p] * im - ai[p] * re + gi[p];
-          }
+          PlanarStep(lr, li, ar, ai, gr, gi, Pj, R(-1));  // λ ← g + conj(a) λ
           R* out = b_bar + (n * L + k) * 2 * P + p0;
           if (d == 0) {
             CopyRow(out, lr, row, stream);
             CopyRow(out + P, li, row, stream);
           } else {
-            for (int64_t p = 0; p < Pj; ++p) {
-              out[p] += lr[p];
-              out[P + p] += li[p];
-            }
+            PlanarAdd(out, out + P, lr, li, Pj);
           }
           if (prev >= 0 && prev < L) {
             const R* xr = x + (n * L + prev) * W + d * P + p0;
             const R* xi = x + (n * L + prev) * W + (D + d) * P + p0;
-            for (int64_t p = 0; p < Pj; ++p) {  // conj(x) λ
-              pr[p] += xr[p] * lr[p] + xi[p] * li[p];
-              pi[p] += xr[p] * li[p] - xi[p] * lr[p];
-            }
+            PlanarAccumulate(pr, pi, xr, xi, lr, li, Pj);
           }
           if ((i + 1) % kFlush == 0) {
             for (int64_t q = 0; q < 2 * Pj; ++q) {
@@ -416,7 +437,7 @@ void PlanarAdjoint(const R* a, const R* g, const R* x, R* b_bar, R* a_bar, int64
       }
     }
     StreamFence(stream);
-  });
+  }, kPlanarPerThread);
 }
 
 struct Shape {
