@@ -22,7 +22,7 @@ scan (one CPU device, a C++ compiler).
 
     .venv/bin/python benchmarks/products.py [--configs listops,text,...] [--repeats N]
         [--switch vmap-friendly|master-weight|native-planar] [--precision fp32|bf16]
-        [--out NAME]
+        [--paper] [--batch N] [--out NAME]
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--switch", choices=sorted(SWITCHES), default="vmap-friendly")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--paper", action="store_true", help="the paper's batch and length")
+    parser.add_argument("--batch", type=int, default=None, help="cap on every config's batch")
     parser.add_argument(
         "--out", type=out_name, default="products", help="results/<OUT>-<cpu|gpu>.json"
     )
@@ -75,7 +77,7 @@ def main() -> None:
 
     rows = []
     for task in tasks:
-        s = ts.shapes(task, None, None, paper=False)
+        s = ts.shapes(task, args.batch, None, paper=args.paper)
         cfg = load_experiment(task)
         cfg = dataclasses.replace(
             cfg, model=dataclasses.replace(cfg.model, precision=args.precision)
@@ -104,7 +106,7 @@ def main() -> None:
         "benchmark": "products", "device": device_info(), "repeats": args.repeats,
         "scan_method": "auto", "switch": args.switch, "flag": f"{module.__name__}.{flag}",
         "variants": [on, off],
-        "precision": args.precision, "rows": rows,
+        "precision": args.precision, "paper": args.paper, "rows": rows,
     })  # fmt: skip
     print(f"wrote {path}")
 

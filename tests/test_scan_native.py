@@ -5,6 +5,7 @@ tests are skipped (and one test checks that the error then says so); where a com
 the kernel must build, or the build test fails with the compiler's message.
 """
 
+import functools
 import os
 import shutil
 import subprocess
@@ -282,7 +283,7 @@ def test_native_ssm_runs_the_planar_kernel_and_equals_the_complex_path(
     from s5jax.core import _ssm
 
     rng = np.random.default_rng(3)
-    H, P, n = 6, 8, 2 if bidirectional else 1
+    H, P, n = 6, _ssm.NATIVE_PLANAR_MIN_P, 2 if bidirectional else 1
     Lambda_bar = np.exp(-rng.uniform(0.01, 0.5, P) + 1j * rng.uniform(-3, 3, P))
     B_bar = rng.normal(size=(P, H)) + 1j * rng.normal(size=(P, H))
     C = rng.normal(size=(H, n * P)) + 1j * rng.normal(size=(H, n * P))
@@ -300,6 +301,9 @@ def test_native_ssm_runs_the_planar_kernel_and_equals_the_complex_path(
 
     jaxpr, ((_, (y, final)), grads) = traced()
     assert "s5jax_planar" in jaxpr
+    fewer = [args[0][:-1], args[1][:-1], args[2][:, : n * (P - 1)], *args[3:]]
+    small = functools.partial(core.apply_ssm, bidirectional=bidirectional, method="native")
+    assert "s5jax_planar" not in str(jax.make_jaxpr(small)(*fewer))
     monkeypatch.setattr(_ssm, "NATIVE_PLANAR", False)
     jaxpr, ((_, (y_c, final_c)), grads_c) = traced()
     assert "s5jax_planar" not in jaxpr and "s5jax_recurrence" in jaxpr

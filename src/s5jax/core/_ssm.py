@@ -109,9 +109,15 @@ bfloat16 arithmetic, bf16 is slower than fp32 either way (`docs/performance.md`)
 
 
 NATIVE_PLANAR = True
-"""Whether `"native"` (time-invariant Λ̄, zero initial state, no resets) runs the kernel on the
-products' [Re | Im] rows (`_apply_planar`) instead of on complex arrays (`linear_recurrence`).
-Measurements: `benchmarks/products.py --switch native-planar`; `docs/results.md`."""
+"""Whether `"native"` (time-invariant Λ̄, zero initial state, no resets, P ≥
+`NATIVE_PLANAR_MIN_P`) runs the kernel on the products' [Re | Im] rows (`_apply_planar`)
+instead of on complex arrays (`linear_recurrence`). Whole bf16 training steps, complex /
+planar, one interleaved run per line on a 2-core Intel Xeon, 2026-11-28
+(`benchmarks/products.py --switch native-planar --precision bf16 --out
+products-native-planar-bf16`; `docs/results.md`): 1.01–1.13 on the nine configs with P ≥ 64
+(Pathfinder 1.13, sMNIST 1.10), and 0.94 on ListOps (P 8) in two runs."""
+NATIVE_PLANAR_MIN_P = 16
+"""Below this many states (ListOps' P 8) `"native"` keeps the complex-array kernels."""
 
 
 def resolve_ssm_method(method: str, *, states: int | None = None, matmul_dtype=None) -> str:
@@ -219,7 +225,8 @@ def _apply(
                 return_state=return_state, matmul_dtype=matmul_dtype,
             )  # fmt: skip
         method = resolve_ssm_method("auto")
-    if method == "native" and NATIVE_PLANAR and resets is None and initial_state is None:
+    if (method == "native" and NATIVE_PLANAR and Lambda_bar.shape[0] >= NATIVE_PLANAR_MIN_P
+            and resets is None and initial_state is None):  # fmt: skip
         return _apply_planar(
             Lambda_bar, B_bar, C_tilde, D, u, conj_sym=conj_sym, bidirectional=bidirectional,
             return_state=return_state, matmul_dtype=matmul_dtype,
