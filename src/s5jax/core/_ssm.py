@@ -114,8 +114,12 @@ NATIVE_PLANAR = True
 instead of on complex arrays (`linear_recurrence`). Whole bf16 training steps, complex /
 planar, one interleaved run per line on a 2-core Intel Xeon, 2026-11-28
 (`benchmarks/products.py --switch native-planar --precision bf16 --out
-products-native-planar-bf16`; `docs/results.md`): 1.01–1.13 on the nine configs with P ≥ 64
-(Pathfinder 1.13, sMNIST 1.10), and 0.94 on ListOps (P 8) in two runs."""
+products-native-planar-bf16`; `docs/results.md`): 0.97–1.13 on the nine configs with P ≥ 64
+(geometric mean 1.04; Pathfinder 1.13, sMNIST 1.10), and 0.94 on ListOps (P 8) in two runs;
+Speech at the paper's batch 16 and length 1.08 (7,471 against 8,080 ms). The step's compiled
+memory is lower (no complex copies of the states or their cotangents): at the paper's batch
+Speech 5.32 GiB and Text 10.19, against 6.78 and 11.95 with the chunked scan, which the
+complex kernels matched to 2 % (`benchmarks/train_step_memory.py`)."""
 NATIVE_PLANAR_MIN_P = 16
 """Below this many states (ListOps' P 8) `"native"` keeps the complex-array kernels."""
 
