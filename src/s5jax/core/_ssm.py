@@ -358,10 +358,10 @@ def _step_from_input(Lambda_bar, Bu, C_tilde, D, x, u_k, *, conj_sym, matmul_dty
     y_k = f·Re(C̃x') + D⊙u_k, with the products and casts of `_ssm_from_elements` (so a step
     equals the scan's step k under both precision policies)."""
     x_new = Lambda_bar * x + Bu
-    y = _project(x_new[None], C_tilde, matmul_dtype)[0]
+    y = _project(x_new[None], C_tilde, matmul_dtype, _factor(conj_sym))[0]
     if matmul_dtype is not None:  # the feed-through in the state's real dtype
         u_k = u_k.astype(y.dtype)
-    return x_new, _scale(y, conj_sym) + jnp.asarray(D) * u_k
+    return x_new, y + jnp.asarray(D) * u_k
 
 
 def _continuous_step(
@@ -400,18 +400,19 @@ def _ssm_from_elements(
         if resets is not None:
             resets_bwd = jnp.concatenate([jnp.asarray(resets)[1:], jnp.zeros((1,), jnp.bool_)])
         xs_b, _ = linear_recurrence(Lambda_b, Bu_b, reverse=True, resets=resets_bwd, method=method)
-        y = _project_states((xs, xs_b), C_tilde, matmul_dtype)
+        y = _project_states((xs, xs_b), C_tilde, matmul_dtype, _factor(conj_sym))
     else:
-        y = _project(xs, C_tilde, matmul_dtype)
-    y = _feed_through(y, D, u, conj_sym, matmul_dtype)
+        y = _project(xs, C_tilde, matmul_dtype, _factor(conj_sym))
+    y = _feed_through(y, D, u, matmul_dtype)
     return (y, final) if return_state else y
 
 
-def _feed_through(y, D, u, conj_sym, matmul_dtype):
-    """(2·)y + D ⊙ u, the feed-through in the state's real dtype."""
+def _feed_through(y, D, u, matmul_dtype):
+    """y + D ⊙ u, the feed-through in the state's real dtype (y already carries f, the
+    conjugate-symmetry factor, from its product's weight: `_output_weight`)."""
     if matmul_dtype is not None:
         u = u.astype(y.dtype)
-    return _scale(y, conj_sym) + D[None, :] * u
+    return y + D[None, :] * u
 
 
 def _apply_planar(Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional, return_state,
@@ -424,8 +425,9 @@ def _apply_planar(Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional, 
     P, H = B_bar.shape
     _check_c_d(C_tilde, D, P, H, bidirectional=bidirectional)
     X = native_planar_states(Lambda_bar, _planar_matvecs(u, B_bar, matmul_dtype), bidirectional)
-    y = _weight_product(X, _output_weight(C_tilde), matmul_dtype, B_bar.real.dtype)
-    y = _feed_through(y, D, u, conj_sym, matmul_dtype)
+    y = _weight_product(X, _output_weight(C_tilde, _factor(conj_sym)), matmul_dtype,
+                        B_bar.real.dtype)  # fmt: skip
+    y = _feed_through(y, D, u, matmul_dtype)
     if not return_state:
         return y
     re_im = X.shape[1] // 2  # the forward direction's state: columns :P and re_im:re_im + P
@@ -453,18 +455,24 @@ def _input_weight(M):
     return jnp.concatenate([M.real.T, M.imag.T], axis=1)
 
 
-def _output_weight(C):
-    """[Re Cᵀ; −Im Cᵀ] (2nP, H) for complex `C` (H, nP): [Re x | Im x] @ it = Re(C x)."""
-    return jnp.concatenate([C.real.T, -C.imag.T], axis=0)
+def _output_weight(C, f=1.0):
+    """f·[Re Cᵀ; −Im Cᵀ] (2nP, H) for complex `C` (H, nP): [Re x | Im x] @ it = f·Re(C x).
+
+    The conjugate-symmetry factor f = 2 goes into this small weight rather than onto the
+    product's (L, H) output: the same values (a power of two scales exactly, in float32 and
+    bfloat16 alike), without a pass over the output forward and two over its cotangent
+    backward (one per gradient product), which XLA does not fold into the products."""
+    W = jnp.concatenate([C.real.T, -C.imag.T], axis=0)
+    return W if f == 1.0 else f * W
 
 
-def _project(xs, C, matmul_dtype=None):
-    """Re(C x_k) for every row of complex `xs` (L, P) and complex `C` (H, P): real (L, H)."""
-    return _project_states((xs,), C, matmul_dtype)
+def _project(xs, C, matmul_dtype=None, f=1.0):
+    """f·Re(C x_k) for every row of complex `xs` (L, P) and complex `C` (H, P): real (L, H)."""
+    return _project_states((xs,), C, matmul_dtype, f)
 
 
-def _project_states(xs, C, matmul_dtype=None):
-    """Σ_d Re(C_d x_{d,k}) for complex states `xs` = (x_1, …, x_n), each (L, P), and complex
+def _project_states(xs, C, matmul_dtype=None, f=1.0):
+    """f·Σ_d Re(C_d x_{d,k}) for complex states `xs` = (x_1, …, x_n), each (L, P), and complex
     `C` = [C_1 … C_n] (H, nP), as one product [Re x_1 … Re x_n | Im x_1 … Im x_n] @
     [Re Cᵀ; −Im Cᵀ]: real (L, H).
 
@@ -477,7 +485,7 @@ def _project_states(xs, C, matmul_dtype=None):
     """
     acc = xs[0].real.dtype
     X = jnp.concatenate([x.real for x in xs] + [x.imag for x in xs], axis=1)
-    return _weight_product(X, _output_weight(C), matmul_dtype, acc)
+    return _weight_product(X, _output_weight(C, f), matmul_dtype, acc)
 
 
 def _matmul(a, b, matmul_dtype, acc_dtype):
@@ -500,8 +508,9 @@ def _weight_product(a, b, matmul_dtype, acc_dtype):
     return matmul(a, b, acc_dtype, operand_dtype=matmul_dtype)
 
 
-def _scale(y, conj_sym):
-    return 2 * y if conj_sym else y
+def _factor(conj_sym) -> float:
+    """f in y = f·Re(C̃x) + D⊙u: 2 with conjugate symmetry (the other half's contribution)."""
+    return 2.0 if conj_sym else 1.0
 
 
 def _check_lambda_b(Lambda, B, u, names=("Lambda_bar", "B_bar")) -> None:
@@ -986,10 +995,10 @@ def _apply_fused(Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional,
     dtype = B_bar.real.dtype
     P = Lambda_bar.shape[0]
     C_tilde = jnp.asarray(C_tilde)
-    f = 2.0 if conj_sym else 1.0
+    f = _factor(conj_sym)
 
     def output_weight(C):  # f·Re(C x) = [Re x | Im x] @ f·[Re Cᵀ; −Im Cᵀ]
-        return (f * _output_weight(C)).astype(dtype)
+        return _output_weight(C, f).astype(dtype)
 
     W_B = _input_weight(B_bar).astype(dtype)
     a = jnp.stack([Lambda_bar.real, Lambda_bar.imag]).astype(dtype)
