@@ -425,3 +425,47 @@ def test_the_fused_kernel_has_no_complex_arrays_of_sequence_length(getkey):
         if jnp.issubdtype(a.dtype, jnp.complexfloating) and L in a.shape
     ]  # fmt: skip
     assert not complex_long
+
+
+def _all_eqns(jaxpr):
+    """Every equation of `jaxpr` and of the jaxprs inside its equations (pjit, custom VJPs)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for v in value if isinstance(value, tuple | list) else (value,):
+                sub = v if hasattr(v, "eqns") else getattr(v, "jaxpr", None)
+                if hasattr(sub, "eqns"):
+                    yield from _all_eqns(sub)
+
+
+@pytest.mark.parametrize(
+    "method", ["sequential", "chunked"] + (["native"] if core.native_available() else [])
+)
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_the_conjugate_symmetry_factor_scales_the_weight_not_the_sequence(
+    getkey, method, bidirectional
+):
+    # y = 2·Re(C̃x) + D⊙u: the 2 goes into C̃'s (2P, H) product weight. Applied to the (L, H)
+    # output instead, it costs a pass over the output and two over its cotangent.
+    L, H = 50, 4  # L unlike any weight's size: the (2nP, H) = (32 or 64, 4) weight is scaled
+    layer = S5SSM(H, 32, bidirectional=bidirectional, scan_method=method, key=getkey())
+    u = jax.random.normal(getkey(), (2, L, H))
+    w = jax.random.normal(getkey(), (2, L, H))
+
+    def loss(m):  # linear in y: its cotangent w carries no factor of its own
+        return jnp.sum(jax.vmap(m)(u) * w)
+
+    doubled = [
+        eqn for eqn in _all_eqns(jax.make_jaxpr(eqx.filter_grad(loss))(layer).jaxpr)
+        if eqn.primitive.name == "mul" and L in eqn.outvars[0].aval.shape
+        and any(float(np.max(np.abs(getattr(v, "val", 0.0)))) == 2.0 for v in eqn.invars)
+    ]  # fmt: skip
+    assert not doubled, doubled
+    with jax.enable_x64(True):  # and the result is still the paper's 2·Re(C̃x) + D⊙u
+        layer64 = jax.tree_util.tree_map(
+            lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x, layer
+        )
+        y = np.asarray(layer64(u[0].astype(jnp.float64)))
+    expected = s5_forward(layer_params(layer), np.asarray(u[0], np.float64), conj_sym=True,
+                          bidirectional=bidirectional)  # fmt: skip
+    np.testing.assert_allclose(y, expected, rtol=1e-9, atol=1e-9)

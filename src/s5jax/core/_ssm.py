@@ -474,7 +474,7 @@ def _project(xs, C, matmul_dtype=None, f=1.0):
 def _project_states(xs, C, matmul_dtype=None, f=1.0):
     """f·Σ_d Re(C_d x_{d,k}) for complex states `xs` = (x_1, …, x_n), each (L, P), and complex
     `C` = [C_1 … C_n] (H, nP), as one product [Re x_1 … Re x_n | Im x_1 … Im x_n] @
-    [Re Cᵀ; −Im Cᵀ]: real (L, H).
+    f·[Re Cᵀ; −Im Cᵀ]: real (L, H).
 
     One product instead of 2n: each writes or (backward) reads an (L, H) array, which costs
     more than the product itself when P is small. On a 2-core Intel Xeon (2026-11-27, medians
