@@ -393,6 +393,17 @@ def test_float32_long_sequence_agrees_with_the_float64_reference(getkey):
     assert np.linalg.norm(y - expected) / np.linalg.norm(expected) <= 1e-5
 
 
+def _all_eqns(jaxpr):
+    """Every equation of `jaxpr` and of the jaxprs inside its equations (pjit, custom VJPs)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for v in value if isinstance(value, tuple | list) else (value,):
+                sub = v if hasattr(v, "eqns") else getattr(v, "jaxpr", None)
+                if hasattr(sub, "eqns"):
+                    yield from _all_eqns(sub)
+
+
 def test_the_fused_kernel_has_no_complex_arrays_of_sequence_length(getkey):
     # The hot path is real: no complex array with an axis of length L is ever formed.
     L = 512
@@ -403,39 +414,11 @@ def test_the_fused_kernel_has_no_complex_arrays_of_sequence_length(getkey):
         return jnp.sum(jax.vmap(m)(u) ** 2)
 
     jaxpr = jax.make_jaxpr(eqx.filter_grad(loss))(layer)
-
-    def sub_jaxprs(value):
-        if hasattr(value, "eqns"):
-            yield value
-        elif hasattr(value, "jaxpr") and hasattr(value.jaxpr, "eqns"):
-            yield value.jaxpr
-        elif isinstance(value, tuple | list):
-            for v in value:
-                yield from sub_jaxprs(v)
-
-    def shapes(jaxpr):
-        for eqn in jaxpr.eqns:
-            yield from (v.aval for v in eqn.outvars)
-            for value in eqn.params.values():
-                for sub in sub_jaxprs(value):
-                    yield from shapes(sub)
-
     complex_long = [
-        a for a in shapes(jaxpr.jaxpr)
-        if jnp.issubdtype(a.dtype, jnp.complexfloating) and L in a.shape
+        v.aval for eqn in _all_eqns(jaxpr.jaxpr) for v in eqn.outvars
+        if jnp.issubdtype(v.aval.dtype, jnp.complexfloating) and L in v.aval.shape
     ]  # fmt: skip
     assert not complex_long
-
-
-def _all_eqns(jaxpr):
-    """Every equation of `jaxpr` and of the jaxprs inside its equations (pjit, custom VJPs)."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for value in eqn.params.values():
-            for v in value if isinstance(value, tuple | list) else (value,):
-                sub = v if hasattr(v, "eqns") else getattr(v, "jaxpr", None)
-                if hasattr(sub, "eqns"):
-                    yield from _all_eqns(sub)
 
 
 @pytest.mark.parametrize(
