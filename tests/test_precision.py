@@ -1,7 +1,8 @@
 """The mixed-precision policy (`model.precision = "bf16"`) against float32.
 
 Policy (`S5Model`): parameters stay float32; matrix products take bfloat16 operands and
-accumulate in float32; activations and the residual stream are bfloat16; norm statistics, Λ,
+accumulate in float32; activations and the residual stream are bfloat16 (GELU and the gate's
+sigmoid computed in float32 and rounded once); norm statistics, Λ,
 Δ, the discretisation and the SSM state stay float32 (complex64 on the scan path, float32
 planes on the fused path); the head's final layer, the outputs and the loss are float32.
 
@@ -179,6 +180,45 @@ def test_bf16_products_accumulate_in_fp32_and_the_state_never_is_bf16(scan_metho
             assert v.aval.dtype in (jnp.complex64, jnp.float32, jnp.int32), v.aval
     if scan_method == "sequential":
         assert any(v.aval.dtype == jnp.complex64 for e in loops for v in e.outvars)
+
+
+_TRANSCENDENTAL = ("tanh", "logistic", "exp", "erf", "erfc", "log1p", "expm1")
+
+
+@pytest.mark.parametrize(
+    "activation, approximate",
+    [("half_glu1", True), ("half_glu2", True), ("full_glu", False), ("gelu", True)],
+)
+def test_bf16_nonlinearities_run_in_float32_and_round_once(activation, approximate):
+    # GELU and the gate's sigmoid: computed in float32 from the float32 SSM output (or the
+    # gate product's float32 accumulator) and rounded to bfloat16 once, in the forward pass
+    # and in the gradient (XLA's CPU backend does not vectorise them on bfloat16 arrays).
+    cfg = dataclasses.replace(SMALL, activation=activation, gelu_approximate=approximate)
+    model, state = _models(cfg, 5, 10)["bf16"]
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 32, 5))
+    y = jnp.asarray([1, 7])
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    jaxpr = jax.make_jaxpr(jax.grad(_loss), static_argnums=1)(
+        params, static, state, x, y, None
+    ).jaxpr
+    found = [e for e in _eqns(jaxpr) if e.primitive.name in _TRANSCENDENTAL]
+    wanted = {"tanh" if approximate else "erfc"} | ({"logistic"} if activation != "gelu" else set())
+    assert {e.primitive.name for e in found} >= wanted
+    for e in found:  # (the discretisation's exp on complex64 Λ among them)
+        assert all(v.aval.dtype in (jnp.float32, jnp.complex64) for v in e.invars), e
+
+    layer = model.layers[0]
+    u = jax.random.normal(jax.random.PRNGKey(2), (32, 32), jnp.float32) * 3
+    out = layer.activate(u, inference=True)
+    assert out.dtype == jnp.bfloat16
+    g = jax.nn.gelu(u, approximate=approximate).astype(jnp.bfloat16)
+    if activation == "gelu":
+        expected = g
+    else:
+        gate = jax.nn.sigmoid(layer.out2(g, fp32_output=True)).astype(jnp.bfloat16)
+        value = {"half_glu1": g, "half_glu2": u.astype(jnp.bfloat16)}.get(activation)
+        expected = (layer.out1(g) if value is None else value) * gate
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(expected, np.float32))
 
 
 def test_fp32_policy_is_the_model_of_before():

@@ -12,9 +12,11 @@ Activations, with `drop` the tied dropout of `TiedDropout` (the authors' names):
 
 GELU is the tanh approximation by default, as in the authors' code.
 
-Precision: under `"bf16"` the residual stream, the activation, the gate and the dropout run in
-bfloat16 (the gate's products with bfloat16 operands and float32 accumulation); the norm's
-statistics and the SSM's recurrence stay float32 (see `Dense`, `S5SSM`). `"fp32"` is unchanged.
+Precision: under `"bf16"` the residual stream, the activation's output, the gate and the dropout
+are bfloat16 (the gate's products with bfloat16 operands and float32 accumulation); GELU and the
+sigmoid are computed in float32 (from the SSM's float32 output and the gate product's float32
+accumulator) and rounded to bfloat16 once (`_nonlinear`); the norm's statistics and the SSM's
+recurrence stay float32 (see `Dense`, `S5SSM`). `"fp32"` is unchanged.
 """
 
 from __future__ import annotations
@@ -59,6 +61,18 @@ class TiedDropout(eqx.Module):
         keep = jax.random.bernoulli(key, 1.0 - self.p, (1, x.shape[1]))
         scaled = x / jnp.asarray(1.0 - self.p, x.dtype)
         return jnp.where(jnp.broadcast_to(keep, x.shape), scaled, jnp.zeros_like(x))
+
+
+def _nonlinear(f, x, dtype, **kwargs):
+    """f(x) rounded to `dtype`, computed in float32 when x is narrower (bfloat16). XLA's CPU
+    backend computes GELU's tanh and the sigmoid's exp on bfloat16 arrays element by element
+    through float32 without vectorising them: on a 2-core AMD EPYC (AVX-512 BF16, 2026-11-28,
+    a `/tmp` script) the tanh-approximate GELU of a bfloat16 (50, 784, 96) array took 3.9 ms
+    against 1.4 ms through float32, its gradient 8.7 ms against 1.7 ms, the sigmoid 2.2 against
+    1.2 ms. Rounding once, after the float32 function, is also the more accurate of the two."""
+    if jnp.finfo(x.dtype).bits < 32:
+        x = x.astype(jnp.float32)
+    return f(x, **kwargs).astype(dtype)
 
 
 def _split(key: PRNGKeyArray | None, n: int):
@@ -129,14 +143,14 @@ class SequenceLayer(eqx.Module):
         self, y: Float[Array, "L H"], *, key: PRNGKeyArray | None = None, inference: bool = True
     ) -> Float[Array, "L H"]:
         """The activation (with its dropouts) applied to the SSM output y (L, H)."""
-        if self.precision != "fp32":
-            y = y.astype(compute_dtype(self.precision))
+        dtype = compute_dtype(self.precision) if self.precision != "fp32" else y.dtype
         k1, k2 = _split(key, 2)
-        g = jax.nn.gelu(y, approximate=self.gelu_approximate)
+        g = _nonlinear(jax.nn.gelu, y, dtype, approximate=self.gelu_approximate)
         g = self.drop(g, key=k1, inference=inference)
         if self.activation == "gelu":
             return g
-        gate = jax.nn.sigmoid(self.out2(g))
+        gate = _nonlinear(jax.nn.sigmoid, self.out2(g, fp32_output=True), dtype)
+        y = y.astype(dtype)
         if self.activation == "full_glu":
             out = self.out1(g) * gate
         elif self.activation == "half_glu1":

@@ -159,7 +159,8 @@ class S5Model(eqx.Module):
 
     `cfg.precision` (`"fp32"` when absent): `"bf16"` is mixed precision. Parameters stay
     float32; matrix products take bfloat16 operands and accumulate in float32; activations and
-    the residual stream are bfloat16; norms compute their statistics, and the SSMs Λ, Δ, the
+    the residual stream are bfloat16 (GELU and the gate's sigmoid computed in float32, rounded
+    once); norms compute their statistics, and the SSMs Λ, Δ, the
     discretisation and the recurrence, in float32; the features are cast back to float32
     before pooling, and the head's final layer, the outputs and the loss are float32.
     """
