@@ -423,3 +423,102 @@ def test_unwritable_cache_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match=r"cannot write the kernel cache in .*S5JAX_CACHE_DIR"):
         _native._build(_native._compiler())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+# --- the materialisation barrier (native_materialise) ---------------------------------------
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float64])
+def test_native_materialise_is_the_identity_in_value_and_gradient(dtype, request):
+    if dtype == jnp.float64:
+        request.getfixturevalue("x64")
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, 40, 7)).astype(dtype)
+    w = jax.random.normal(jax.random.PRNGKey(1), (3, 40, 7)).astype(dtype)
+
+    def f(x):  # vmapped, and x used again after the barrier (XLA must copy, not alias)
+        y = jax.vmap(_native.native_materialise)(x * 2)
+        return jnp.sum((y * w).astype(jnp.float32)) + jnp.sum(x.astype(jnp.float32)), y
+
+    (_, y), grad = jax.jit(jax.value_and_grad(f, has_aux=True))(x)
+    np.testing.assert_array_equal(np.asarray(y, np.float64), np.asarray(x * 2, np.float64))
+    expected = np.asarray(w * 2, np.float64) + 1.0
+    np.testing.assert_allclose(np.asarray(grad, np.float64), expected, rtol=1e-2, atol=1e-2)
+    assert grad.dtype == dtype
+
+
+def _materialise_model(n_layers, scan_method="auto"):
+    from s5jax.config._schema import ModelConfig
+    from s5jax.nn import build_model
+
+    cfg = ModelConfig(
+        n_layers=n_layers, d_model=16, ssm_size=8, blocks=1, bidirectional=True,
+        activation="half_glu1", pooling="mean", dropout=0.0,
+    )  # fmt: skip
+    return build_model(
+        cfg, d_input=3, n_outputs=4, key=jax.random.PRNGKey(0), scan_method=scan_method
+    )
+
+
+def _materialise_grad(model, state, x, y):
+    import equinox as eqx
+
+    from s5jax.nn import nll_loss
+
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+
+    def loss(p, s):
+        m = eqx.combine(p, static)
+        out, _ = jax.vmap(
+            lambda xi: m(xi, s, inference=False), axis_name="batch", out_axes=(0, None)
+        )(x)
+        return nll_loss(out, y)
+
+    step = jax.jit(jax.value_and_grad(loss))
+    return (lambda: step(params, state)), (lambda: step.lower(params, state))
+
+
+def _widest_loop_fusion(hlo: str) -> int:
+    """The largest number of operands of any elementwise (kLoop) fusion in compiled HLO."""
+    import re
+
+    widths = [
+        len(m.group(1).split(",")) for m in re.finditer(r"= \S+ fusion\((.*?)\), kind=kLoop", hlo)
+    ]
+    return max(widths)
+
+
+@needs_native
+def test_layers_materialise_their_outputs_on_the_native_path(monkeypatch):
+    # With the barrier, every layer's output and its cotangent are written once (2 custom
+    # calls per layer) and no fusion recomputes the residual stream: the widest elementwise
+    # fusion of the gradient step does not grow with depth. Values and gradients are those
+    # of the same model without it; the sequential scan's path (export) has no barrier.
+    from s5jax.nn import _layers
+
+    x = jax.random.normal(jax.random.PRNGKey(1), (4, 64, 3))
+    y = jnp.asarray([0, 3, 1, 2])
+    widest = {}
+    for n_layers in (4, 8):
+        model, state = _materialise_model(n_layers)
+        results = {}
+        for flag in (True, False):
+            monkeypatch.setattr(_layers, "MATERIALISE_OUTPUT", flag)
+            run, lower = _materialise_grad(model, state, x, y)
+            hlo = lower().compile().as_text()
+            assert hlo.count('custom_call_target="s5jax_materialise"') == (
+                2 * n_layers if flag else 0
+            )
+            if flag:
+                widest[n_layers] = _widest_loop_fusion(hlo)
+            results[flag] = run()
+        (v1, g1), (v0, g0) = results[True], results[False]
+        np.testing.assert_allclose(v1, v0, rtol=1e-6)
+        for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g0), strict=True):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    assert widest[8] == widest[4] <= 16, widest
+
+    monkeypatch.setattr(_layers, "MATERIALISE_OUTPUT", True)
+    model, state = _materialise_model(2, scan_method="sequential")
+    _, lower = _materialise_grad(model, state, x, y)
+    assert "s5jax_materialise" not in lower().compile().as_text()

@@ -582,7 +582,21 @@ ffi::Error PlanarAdjointImpl(ffi::AnyBuffer a, ffi::AnyBuffer g, ffi::AnyBuffer 
   }
 }
 
+// The materialisation barrier: y = x. XLA aliases y to x (input_output_aliases) when x has no
+// other use, so this is a no-op; otherwise it hands a separate buffer and the copy is made here.
+// Its point is that XLA cannot fuse through a custom call: x is written to memory once and read
+// from there, instead of being recomputed inside every fusion that consumes it.
+ffi::Error MaterialiseImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y) {
+  if (y->untyped_data() != x.untyped_data()) {
+    std::memcpy(y->untyped_data(), x.untyped_data(), x.size_bytes());
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxMaterialise, MaterialiseImpl,
+                              ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxRecurrence, RecurrenceImpl,
                               ffi::Ffi::Bind()

@@ -40,7 +40,13 @@ import numpy as np
 
 from .._atomic import atomic_path
 
-__all__ = ["native_available", "native_build_error", "native_planar_states", "native_recurrence"]
+__all__ = [
+    "native_available",
+    "native_build_error",
+    "native_materialise",
+    "native_planar_states",
+    "native_recurrence",
+]
 
 _SOURCE = Path(__file__).with_name("_native.cc")
 _FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-march=native", "-pthread")
@@ -48,6 +54,7 @@ _TARGET = "s5jax_recurrence"
 _TARGET_ADJOINT = "s5jax_recurrence_adjoint"
 _TARGET_PLANAR = "s5jax_planar"
 _TARGET_PLANAR_ADJOINT = "s5jax_planar_adjoint"
+_TARGET_MATERIALISE = "s5jax_materialise"
 _DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
 
 _log = logging.getLogger(__name__)
@@ -152,6 +159,7 @@ def _load() -> bool:
                 (_TARGET_ADJOINT, lib.S5jaxRecurrenceAdjoint),
                 (_TARGET_PLANAR, lib.S5jaxPlanar),
                 (_TARGET_PLANAR_ADJOINT, lib.S5jaxPlanarAdjoint),
+                (_TARGET_MATERIALISE, lib.S5jaxMaterialise),
             ):
                 jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
         except (OSError, RuntimeError, AttributeError) as err:
@@ -289,3 +297,53 @@ def native_planar_states(a, b, bidirectional: bool = False):
         raise ValueError(f"native_planar_states: a must be ({b.shape[-1] // 2},), got {a.shape}")
     a2 = jnp.concatenate([jnp.real(a), jnp.imag(a)]).astype(b.dtype)
     return _planar(a2, b, bool(bidirectional))
+
+
+def _materialise_call(x):
+    call = jax.ffi.ffi_call(
+        _TARGET_MATERIALISE,
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        vmap_method="broadcast_all",
+        input_output_aliases={0: 0},
+    )
+    return call(x)
+
+
+@jax.custom_vjp
+def _materialise(x):
+    return _materialise_call(x)
+
+
+def _materialise_fwd(x):
+    return _materialise_call(x), None
+
+
+def _materialise_bwd(_, g):
+    return (_materialise_call(g),)
+
+
+_materialise.defvjp(_materialise_fwd, _materialise_bwd)
+
+
+def native_materialise(x):
+    """x, written to memory once: a fusion barrier for XLA's CPU backend, in both passes.
+
+    XLA fuses cheap elementwise producers into every consumer, recomputing them instead of
+    storing them. Through a deep residual stack, x_l = x_{l−1} + branch_l is never stored: each
+    consumer of x_l (BatchNorm's statistics and normalisation, the gradient products that need
+    the normalised input) recomputes the whole sum x_0 + branch_1 + … + branch_l from the
+    branches' stored pieces, so the work grows with the square of the depth. A custom call is
+    something XLA cannot fuse through: its operand is written once and its consumers read it.
+    The kernel is a no-op where XLA aliases the output to the input (as here, when x has no
+    other use) and a copy otherwise. The backward pass does the same to the cotangent.
+
+    On ListOps' float32 training step (8 layers, H 128, batch 8, L 2,048; 2-core AMD EPYC,
+    2026-11-28, alternating processes, 7 steps each), every layer's output materialised: 185.0
+    / 144.0, 175.7 / 148.6 and 185.1 / 153.1 ms before / after (`s5jax.nn.SequenceLayer`).
+
+    `x`: any array (any dtype). Needs the native kernel (`native_available()`); works under
+    `jax.jit`, `jax.vmap` and `jax.grad` (custom VJP); not under forward-mode `jax.jvp`.
+    """
+    if not native_available():
+        raise RuntimeError(f"native_materialise is unavailable: {native_build_error()}")
+    return _materialise(x)

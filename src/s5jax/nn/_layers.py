@@ -26,6 +26,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
+from ..core import _products
+from ..core._native import native_materialise
+from ..core._ssm import resolve_ssm_method
 from ._dense import Dense, check_precision, compute_dtype
 from ._discrete import DiscreteSSM
 from ._norm import BatchNorm, LayerNorm
@@ -61,6 +64,24 @@ class TiedDropout(eqx.Module):
         keep = jax.random.bernoulli(key, 1.0 - self.p, (1, x.shape[1]))
         scaled = x / jnp.asarray(1.0 - self.p, x.dtype)
         return jnp.where(jnp.broadcast_to(keep, x.shape), scaled, jnp.zeros_like(x))
+
+
+MATERIALISE_OUTPUT = True
+"""Whether a layer's output (and, in the backward pass, its cotangent) is written to memory
+through `s5jax.core._native.native_materialise` when the layer's SSM runs the native scan
+(`scan_method` `"auto"` or `"native"` resolving to it: a CPU backend, one device, the C++
+kernel built). Without it XLA recomputes the residual stream inside every fusion that reads it,
+work that grows with the square of the depth (see `native_materialise`). Read when tracing."""
+
+
+def _materialises(ssm) -> bool:
+    """Whether a layer with this SSM materialises its output (`MATERIALISE_OUTPUT`): only on
+    the native scan's path, and not when `s5jax.core._products.VMAP_FRIENDLY_GRADIENT` is off
+    (forward-mode autodiff, which a custom VJP does not support)."""
+    method = getattr(ssm, "scan_method", None)
+    if not (MATERIALISE_OUTPUT and _products.VMAP_FRIENDLY_GRADIENT and method is not None):
+        return False
+    return method in ("auto", "native") and resolve_ssm_method(method) == "native"
 
 
 def _nonlinear(f, x, dtype, **kwargs):
@@ -189,6 +210,8 @@ class SequenceLayer(eqx.Module):
         x = skip + self.activate(x, key=key, inference=inference)
         if not self.prenorm:
             x, state = self.norm(x, state, inference=inference)
+        if _materialises(self.ssm):
+            x = native_materialise(x)
         return x, state
 
     def step(
