@@ -447,13 +447,13 @@ def test_native_materialise_is_the_identity_in_value_and_gradient(dtype, request
     assert grad.dtype == dtype
 
 
-def _materialise_model(n_layers, scan_method="auto"):
+def _materialise_model(n_layers, scan_method="auto", precision="fp32"):
     from s5jax.config._schema import ModelConfig
     from s5jax.nn import build_model
 
     cfg = ModelConfig(
         n_layers=n_layers, d_model=16, ssm_size=8, blocks=1, bidirectional=True,
-        activation="half_glu1", pooling="mean", dropout=0.0,
+        activation="half_glu1", pooling="mean", dropout=0.0, precision=precision,
     )  # fmt: skip
     return build_model(
         cfg, d_input=3, n_outputs=4, key=jax.random.PRNGKey(0), scan_method=scan_method
@@ -493,7 +493,7 @@ def test_layers_materialise_their_outputs_on_the_native_path(monkeypatch):
     # With the barrier, every layer's output and its cotangent are written once (2 custom
     # calls per layer) and no fusion recomputes the residual stream: the widest elementwise
     # fusion of the gradient step does not grow with depth. Values and gradients are those
-    # of the same model without it; the sequential scan's path (export) has no barrier.
+    # of the same model without it; the sequential scan's path (export) and bf16 have none.
     from s5jax.nn import _layers
 
     x = jax.random.normal(jax.random.PRNGKey(1), (4, 64, 3))
@@ -519,6 +519,7 @@ def test_layers_materialise_their_outputs_on_the_native_path(monkeypatch):
     assert widest[8] == widest[4] <= 16, widest
 
     monkeypatch.setattr(_layers, "MATERIALISE_OUTPUT", True)
-    model, state = _materialise_model(2, scan_method="sequential")
-    _, lower = _materialise_grad(model, state, x, y)
-    assert "s5jax_materialise" not in lower().compile().as_text()
+    for kwargs in ({"scan_method": "sequential"}, {"precision": "bf16"}):
+        model, state = _materialise_model(2, **kwargs)
+        _, lower = _materialise_grad(model, state, x, y)
+        assert "s5jax_materialise" not in lower().compile().as_text(), kwargs

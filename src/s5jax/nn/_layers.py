@@ -67,11 +67,16 @@ class TiedDropout(eqx.Module):
 
 
 MATERIALISE_OUTPUT = True
-"""Whether a layer's output (and, in the backward pass, its cotangent) is written to memory
-through `s5jax.core._native.native_materialise` when the layer's SSM runs the native scan
-(`scan_method` `"auto"` or `"native"` resolving to it: a CPU backend, one device, the C++
+"""Whether a float32 layer's output (and, in the backward pass, its cotangent) is written to
+memory through `s5jax.core._native.native_materialise` when the layer's SSM runs the native
+scan (`scan_method` `"auto"` or `"native"` resolving to it: a CPU backend, one device, the C++
 kernel built). Without it XLA recomputes the residual stream inside every fusion that reads it,
-work that grows with the square of the depth (see `native_materialise`). Read when tracing."""
+work that grows with the square of the depth (see `native_materialise`). Read when tracing.
+
+Not under `precision = "bf16"`: there the norms' float32 copy of the bfloat16 residual stream
+is already stored, and the barrier cost more than it saved (2-core AMD EPYC, 2026-11-28,
+alternating processes, 5 steps each: Text's bf16 step 326.9 / 340.9, 349.9 / 355.9, 338.8 /
+358.0 and 339.9 / 349.2 ms without / with; Text in float32 568.9 / 545.7 and 552.3 / 521.7)."""
 
 
 def _materialises(ssm) -> bool:
@@ -210,7 +215,7 @@ class SequenceLayer(eqx.Module):
         x = skip + self.activate(x, key=key, inference=inference)
         if not self.prenorm:
             x, state = self.norm(x, state, inference=inference)
-        if _materialises(self.ssm):
+        if self.precision == "fp32" and _materialises(self.ssm):
             x = native_materialise(x)
         return x, state
 
