@@ -68,10 +68,12 @@ class TiedDropout(eqx.Module):
 
 MATERIALISE_OUTPUT = True
 """Whether a float32 layer's output (and, in the backward pass, its cotangent) is written to
-memory through `s5jax.core._native.native_materialise` when the layer's SSM runs the native
-scan (`scan_method` `"auto"` or `"native"` resolving to it: a CPU backend, one device, the C++
-kernel built). Without it XLA recomputes the residual stream inside every fusion that reads it,
-work that grows with the square of the depth (see `native_materialise`). Read when tracing.
+memory through `s5jax.core._native.native_materialise` on the native scan's path: the SSM's
+`scan_method` is `"auto"` or `"native"` and resolves to `"native"` (a CPU backend, one device,
+the C++ library built; the layer materialises even where `"auto"` then picks the fused path
+for a long sequence). Without it XLA recomputes the residual stream inside every fusion that
+reads it, work that grows with the square of the depth (see `native_materialise`). Read when
+tracing.
 
 Not under `precision = "bf16"`: there the norms' float32 copy of the bfloat16 residual stream
 is already stored, and the barrier cost more than it saved (2-core AMD EPYC, 2026-11-28,
