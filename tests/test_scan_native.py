@@ -7,11 +7,13 @@ the kernel must build, or the build test fails with the compiler's message.
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,7 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from s5jax import core
+from s5jax.config._schema import ModelConfig
 from s5jax.core import _native
+from s5jax.nn import _layers, build_model, nll_loss
 
 from .test_scan import _loop, _random
 
@@ -448,9 +452,6 @@ def test_native_materialise_is_the_identity_in_value_and_gradient(dtype, request
 
 
 def _materialise_model(n_layers, scan_method="auto", precision="fp32"):
-    from s5jax.config._schema import ModelConfig
-    from s5jax.nn import build_model
-
     cfg = ModelConfig(
         n_layers=n_layers, d_model=16, ssm_size=8, blocks=1, bidirectional=True,
         activation="half_glu1", pooling="mean", dropout=0.0, precision=precision,
@@ -461,10 +462,6 @@ def _materialise_model(n_layers, scan_method="auto", precision="fp32"):
 
 
 def _materialise_grad(model, state, x, y):
-    import equinox as eqx
-
-    from s5jax.nn import nll_loss
-
     params, static = eqx.partition(model, eqx.is_inexact_array)
 
     def loss(p, s):
@@ -480,8 +477,6 @@ def _materialise_grad(model, state, x, y):
 
 def _widest_loop_fusion(hlo: str) -> int:
     """The largest number of operands of any elementwise (kLoop) fusion in compiled HLO."""
-    import re
-
     widths = [
         len(m.group(1).split(",")) for m in re.finditer(r"= \S+ fusion\((.*?)\), kind=kLoop", hlo)
     ]
@@ -494,8 +489,6 @@ def test_layers_materialise_their_outputs_on_the_native_path(monkeypatch):
     # calls per layer) and no fusion recomputes the residual stream: the widest elementwise
     # fusion of the gradient step does not grow with depth. Values and gradients are those
     # of the same model without it; the sequential scan's path (export) and bf16 have none.
-    from s5jax.nn import _layers
-
     x = jax.random.normal(jax.random.PRNGKey(1), (4, 64, 3))
     y = jnp.asarray([0, 3, 1, 2])
     widest = {}

@@ -338,8 +338,8 @@ def native_materialise(x):
     other use) and a copy otherwise. The backward pass does the same to the cotangent.
 
     On ListOps' float32 training step (8 layers, H 128, batch 8, L 2,048; 2-core AMD EPYC,
-    2026-11-28, alternating processes, 7 steps each), every layer's output materialised: 185.0
-    / 144.0, 175.7 / 148.6 and 185.1 / 153.1 ms before / after (`s5jax.nn.SequenceLayer`).
+    2026-11-28, old and new code in alternating processes, 7 steps each), every layer's output
+    materialised: 177.3 / 146.1 and 182.2 / 150.2 ms before / after (`s5jax.nn.SequenceLayer`).
 
     `x`: any array (any dtype). Needs the native kernel (`native_available()`); works under
     `jax.jit`, `jax.vmap` and `jax.grad` (custom VJP); not under forward-mode `jax.jvp`.
