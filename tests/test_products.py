@@ -48,6 +48,97 @@ def test_matmul_equals_the_plain_product_with_gradients_under_vmap_in_float64():
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-13, atol=1e-15)
 
 
+def _per_example_grads(product):
+    """Each example's gradient of `_loss` with respect to the shared weight: vmap(grad)."""
+    return jax.vmap(jax.grad(lambda w, xi: _loss(product)(w, xi[None])), in_axes=(None, 0))
+
+
+@pytest.mark.parametrize("batch", [1, 3, 4, 5])
+def test_batch_level_product_equals_the_plain_one_in_every_autodiff_order_in_float64(batch):
+    """grad of vmap (the batch-level product, its weight gradient summed pairwise: odd and even
+    batches), vmap of grad (each example's weight gradient apart: the batch-level product must
+    not run there: it would give every example the batch's sum) and grad alone, against the
+    plain product."""
+    with jax.enable_x64(True):
+        x = jax.random.normal(jax.random.PRNGKey(batch), (batch, 7, 5), jnp.float64)
+        w = jax.random.normal(jax.random.PRNGKey(9), (5, 4), jnp.float64)
+        plain = lambda a, b: a @ b  # noqa: E731
+        for ours, want in [
+            (jax.jit(jax.grad(_loss(matmul), argnums=(0, 1)))(w, x),
+             jax.grad(_loss(plain), argnums=(0, 1))(w, x)),
+            (jax.jit(_per_example_grads(matmul))(w, x), _per_example_grads(plain)(w, x)),
+            (jax.grad(lambda w: jnp.sum(jnp.sin(matmul(x[0], w))))(w),
+             jax.grad(lambda w: jnp.sum(jnp.sin(x[0] @ w)))(w)),
+        ]:  # fmt: skip
+            for got, ref in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(want)):
+                assert got.shape == ref.shape
+                np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-13, atol=1e-14)
+
+
+def _batch_sums(jaxpr, shape, axis) -> int:
+    """reduce_sum equations in `jaxpr` (nested ones too) over `axis` (among others) of an
+    operand of `shape`."""
+    found = 0
+    for eqn in jaxpr.eqns:
+        if (
+            eqn.primitive.name == "reduce_sum"
+            and tuple(eqn.invars[0].aval.shape) == shape
+            and axis in eqn.params["axes"]
+        ):
+            found += 1
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", param)  # a ClosedJaxpr's jaxpr, or a Jaxpr
+            if hasattr(inner, "eqns"):
+                found += _batch_sums(inner, shape, axis)
+    return found
+
+
+@pytest.mark.parametrize("batch_level", [True, False])
+def test_weight_gradient_is_not_a_sum_over_the_batch_axis(monkeypatch, batch_level):
+    """Under grad of vmap the weight gradient's batch sum is pairwise adds, not a reduce_sum
+    over the (batch, K, N) stack of per-example gradients, which XLA's CPU backend runs
+    slowly; with `BATCH_LEVEL_GRADIENT = False` the reduce_sum is there (JAX's batching)."""
+    monkeypatch.setattr(_products, "BATCH_LEVEL_GRADIENT", batch_level)
+    x, w = jnp.ones((4, 16, 32)), jnp.ones((32, 24))
+    jaxpr = jax.make_jaxpr(jax.grad(_loss(matmul)))(w, x).jaxpr
+    assert _batch_sums(jaxpr, (4, 32, 24), 0) == (0 if batch_level else 1)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_scale_columns_equals_the_plain_scale_with_gradients_in_float64(batch):
+    """`scale_columns(x, d)` = x ⊙ d: value, both gradients under grad of vmap, each example's
+    gradients under vmap of grad; and the gradient for d is a contraction (dot_general), not a
+    reduce_sum over the rows."""
+    with jax.enable_x64(True):
+        x = jax.random.normal(jax.random.PRNGKey(batch), (batch, 6, 5), jnp.float64)
+        d = jax.random.normal(jax.random.PRNGKey(7), (5,), jnp.float64)
+
+        def loss(scale):
+            def f(d, x):
+                y = jax.vmap(lambda xi: scale(xi, d))(x)
+                return jnp.vdot(jnp.tanh(y).ravel(), jnp.arange(y.size, dtype=y.dtype))
+
+            return f
+
+        ours, plain = _products.scale_columns, lambda x, d: x * d[None, :]
+        np.testing.assert_array_equal(np.asarray(ours(x[0], d)), np.asarray(plain(x[0], d)))
+        got = jax.jit(jax.grad(loss(ours), argnums=(0, 1)))(d, x)
+        want = jax.grad(loss(plain), argnums=(0, 1))(d, x)
+        per_ex = jax.vmap(jax.grad(lambda d, xi: loss(ours)(d, xi[None])), in_axes=(None, 0))
+        per_ex_want = jax.vmap(
+            jax.grad(lambda d, xi: loss(plain)(d, xi[None])), in_axes=(None, 0)
+        )(d, x)  # fmt: skip
+        for g, r in [*zip(got, want, strict=True), (per_ex(d, x), per_ex_want)]:
+            assert g.shape == r.shape
+            np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-13, atol=1e-14)
+        jaxpr = jax.make_jaxpr(jax.grad(loss(ours)))(d, x).jaxpr
+        plain_jaxpr = jax.make_jaxpr(jax.grad(loss(plain)))(d, x).jaxpr
+        assert _batch_sums(jaxpr, (batch, 6, 5), 1) == 0  # over the rows
+        assert _batch_sums(plain_jaxpr, (batch, 6, 5), 1) == 1
+    with pytest.raises((ValueError, TypeError), match="scale_columns"):  # jaxtyping in tests
+        _products.scale_columns(jnp.ones((3, 4)), jnp.ones((3,)))
+
+
 def test_matmul_with_bfloat16_operands_accumulates_in_float32_like_jnp_matmul():
     x = jax.random.normal(jax.random.PRNGKey(0), (2, 9, 16)).astype(jnp.bfloat16)
     w = jax.random.normal(jax.random.PRNGKey(1), (16, 8)).astype(jnp.bfloat16)
@@ -224,8 +315,8 @@ def test_dense_ssm_and_pendulum_cnn_use_it_and_the_switch_turns_it_off(monkeypat
         ),
         "CNN": _custom_vjp_calls(lambda f: cnn.features(f), jnp.ones((3, 576))),
     }
-    # the SSM: one product for B̄u, one for C̃x
-    expected = {"Dense": 1, "SSM": 2, "CNN": 3} if switch else {"Dense": 0, "SSM": 0, "CNN": 0}
+    # the SSM: one product for B̄u, one for C̃x, and the feed-through D ⊙ u (`scale_columns`)
+    expected = {"Dense": 1, "SSM": 3, "CNN": 3} if switch else {"Dense": 0, "SSM": 0, "CNN": 0}
     assert counts == expected
 
 

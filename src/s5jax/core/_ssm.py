@@ -33,7 +33,7 @@ from jaxtyping import Array, Bool, Complex, Float
 
 from ._discretize import discretize, get_coefficients
 from ._native import native_available, native_planar_states
-from ._products import matmul
+from ._products import matmul, scale_columns
 from ._scan import SCAN_METHODS, linear_recurrence, resolve_scan_method
 
 __all__ = [
@@ -412,7 +412,7 @@ def _feed_through(y, D, u, matmul_dtype):
     conjugate-symmetry factor, from its product's weight: `_output_weight`)."""
     if matmul_dtype is not None:
         u = u.astype(y.dtype)
-    return y + D[None, :] * u
+    return y + scale_columns(u, D)  # ∂D as a contraction over time: `_products.scale_columns`
 
 
 def _apply_planar(Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional, return_state,
