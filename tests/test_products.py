@@ -11,18 +11,28 @@ and the compiled program's products on bfloat16 operands (CPU). With the cast in
 (`operand_dtype`), a float32 weight's gradient against the float64 sum of the bfloat16
 products, to float32 rounding, where the cast outside (`MASTER_WEIGHT_GRADIENT = False`)
 misses it.
+The batch-level product under `vmap` (`BATCH_LEVEL_GRADIENT`) against the plain product in
+every autodiff order (grad of vmap, vmap of grad, grad alone; odd and even batches), and the
+traced programs, a product alone and the trainer's whole step, without a reduce_sum over the
+batch axis of a stack of weight gradients (present with the switch off). `scale_columns`
+(the feed-through D ⊙ u) against x ⊙ d, its ∂d a contraction rather than a reduce_sum.
 """
 
 import re
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from s5jax.config import OptimConfig
+from s5jax.config._schema import ModelConfig
 from s5jax.core import _products, apply_ssm
 from s5jax.core._products import matmul
-from s5jax.nn import S5SSM, Dense, PendulumCNN
+from s5jax.nn import S5SSM, Dense, PendulumCNN, build_model
+from s5jax.train._optim import build_optimizer
+from s5jax.train._steps import make_steps
 
 
 @pytest.fixture
@@ -340,3 +350,42 @@ def test_forward_mode_through_a_model_works_with_the_switch_off(plain_products):
         _products.VMAP_FRIENDLY_GRADIENT = True  # restored by the fixture
         with pytest.raises(TypeError, match="custom_vjp"):
             jax.jvp(f, (x,), (v,))
+
+
+def test_the_training_step_sums_weight_gradients_over_the_batch_pairwise(monkeypatch):
+    """In the trainer's own step (`make_steps`, the model vmapped over the batch inside the
+    gradient) no weight's gradient is a reduce_sum over a (batch, K, N) stack, and the step's
+    loss and updated parameters are those of JAX's batching (`BATCH_LEVEL_GRADIENT = False`,
+    which does have such sums: the check can fail)."""
+    cfg = ModelConfig(
+        n_layers=2, d_model=16, ssm_size=8, blocks=1, bidirectional=True,
+        activation="half_glu1", pooling="mean", dropout=0.0,
+    )  # fmt: skip
+    model, state = build_model(cfg, d_input=3, n_outputs=4, key=jax.random.PRNGKey(0))
+    optimizer, _ = build_optimizer(OptimConfig(), model, steps_per_epoch=10, epochs=1)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    with jax.numpy_dtype_promotion("standard"):
+        opt_state = optimizer.init(params)
+    batch = {
+        "x": jax.random.normal(jax.random.PRNGKey(1), (4, 32, 3)),
+        "y": jnp.asarray([0, 3, 1, 2]),
+        "mask": jnp.ones((4,), bool),
+    }
+    key = jax.random.PRNGKey(2)
+    weights = {tuple(w.shape) for w in jax.tree_util.tree_leaves(params) if w.ndim == 2}
+    assert weights, "the model has no weight matrix"
+    results, sums = {}, {}
+    for flag in (True, False):
+        monkeypatch.setattr(_products, "BATCH_LEVEL_GRADIENT", flag)
+        step = make_steps(static, optimizer, cfg.head).train  # traced afresh: the flag is read
+        args = jax.tree_util.tree_map(jnp.copy, (params, state, opt_state))  # the step donates
+        jaxpr = jax.make_jaxpr(step)(*args, batch, key).jaxpr
+        sums[flag] = sum(_batch_sums(jaxpr, (4, *w), 0) for w in weights)
+        new_params, _, _, stats = step(*args, batch, key)
+        results[flag] = (stats["loss"], new_params)
+    assert sums[True] == 0 and sums[False] > 0, sums
+    for a, b in zip(
+        jax.tree_util.tree_leaves(results[True]), jax.tree_util.tree_leaves(results[False]),
+        strict=True,
+    ):  # fmt: skip
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
