@@ -16,7 +16,7 @@ Reported: train epoch wall / sum of train steps, and (train + val + test) wall /
 their steps; medians over the epochs. Both kinds train the model (the parameters move on),
 so every epoch is a real one of the same shapes.
 
-    .venv/bin/python benchmarks/epoch.py [EXPERIMENT] [--epochs N] [--set KEY=VALUE ...]
+    .venv/bin/python benchmarks/epoch.py [EXPERIMENT] [--epochs N] [--set K=V ...] [--out NAME]
 
 The pendulum needs its data: `S5JAX_DATA=/tmp/pend/data s5jax data prepare pendulum`.
 """
@@ -80,6 +80,9 @@ def main() -> None:
     parser.add_argument("experiment", nargs="?", default="pendulum")
     parser.add_argument("--epochs", type=int, default=3, help="epochs of each kind (default 3)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--out", default=None, help="results/<OUT>-<cpu|gpu>.json (default epoch-<experiment>)"
+    )
     args = parser.parse_args()
     if args.epochs < 1:
         parser.error("--epochs must be at least 1")
@@ -132,7 +135,7 @@ def main() -> None:
           f"medians of {args.epochs} epochs of each kind")  # fmt: skip
     print_table(table, [("what", "", "s"), ("a", "wall s", ".3f"), ("b", "steps s", ".3f"),
                         ("r", "ratio", ".3f")])  # fmt: skip
-    path = write_json(f"epoch-{cfg.name}", {
+    path = write_json(args.out or f"epoch-{cfg.name}", {
         "benchmark": "epoch", "experiment": cfg.name, "overrides": args.set, "device": info,
         "epochs_each": args.epochs, "steps_per_epoch": run.steps_per_epoch,
         "batch_size": run.batch_size, "eval_batch_size": run.eval_batch_size,
