@@ -389,3 +389,22 @@ def test_the_training_step_sums_weight_gradients_over_the_batch_pairwise(monkeyp
         strict=True,
     ):  # fmt: skip
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_without_the_jax_internals_it_reads_matmul_falls_back_to_per_example_products(
+    monkeypatch,
+):
+    """`_vmapped_here` reads `jax._src` (`_jax_batching`); where that fails (another JAX
+    version) the product is the per-example one: the same gradients, JAX's batch sum."""
+
+    def moved():
+        raise AttributeError("module 'jax._src.core' has no attribute 'trace_ctx'")
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (4, 16, 32))
+    w = jax.random.normal(jax.random.PRNGKey(1), (32, 24))
+    want = jax.grad(_loss(matmul))(w, x)
+    assert _batch_sums(jax.make_jaxpr(jax.grad(_loss(matmul)))(w, x).jaxpr, (4, 32, 24), 0) == 0
+    monkeypatch.setattr(_products, "_jax_batching", moved)
+    assert _batch_sums(jax.make_jaxpr(jax.grad(_loss(matmul)))(w, x).jaxpr, (4, 32, 24), 0) == 1
+    got = jax.grad(_loss(matmul))(w, x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)

@@ -142,21 +142,23 @@ def _vmapped_here(a, b) -> bool:
     example's weight gradient must stay apart). Reads JAX internals (`jax._src`); where they
     are not as expected, False (the per-example product, correct and slower on CPU)."""
     try:
-        from jax._src import core
-        from jax._src.interpreters import batching
-
-        trace = core.trace_ctx.trace
-
-        def batched(x):
-            return (
-                isinstance(x, batching.BatchTracer)
-                and x._trace is trace
-                and x.batch_dim is not None
-            )
-
-        return isinstance(trace, batching.BatchTrace) and batched(a) and not batched(b)
+        trace, batch_trace, batch_tracer = _jax_batching()
     except (ImportError, AttributeError):
         return False
+
+    def batched(x):
+        return isinstance(x, batch_tracer) and x._trace is trace and x.batch_dim is not None
+
+    return isinstance(trace, batch_trace) and batched(a) and not batched(b)
+
+
+def _jax_batching():
+    """(the trace now running, JAX's batching trace class, its tracer class), from `jax._src`
+    (as in jax 0.10.2); raises ImportError or AttributeError where they differ."""
+    from jax._src import core
+    from jax._src.interpreters import batching
+
+    return core.trace_ctx.trace, batching.BatchTrace, batching.BatchTracer
 
 
 @functools.cache
