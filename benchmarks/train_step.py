@@ -32,13 +32,18 @@ every method in every precision; `--ceiling` and `--no-scan` in the first precis
 `auto`, what `s5jax train` runs) in the same interleaved run, each against the same baseline:
 the columns `ours_ms`/`ratio` are the first method's, `methods` in the JSON has every one.
 
+`--isolate` runs every step in a process of its own (spawned; each builds its model, compiles
+its step alone and times its calls) and still calls them in turn, round by round: in one
+process our step ran slower once the authors' program had been compiled beside it (ListOps'
+float32 step 150–162 → 172–185 ms), theirs did not beside ours (`docs/results.md`).
+
 Batch and length: the paper's where they fit this machine's memory and time, else smaller, the
 same for both (`--batch N` and `--length N` cap every config; `--paper` uses the paper's
 shapes everywhere). The JSON and the table record the shapes used and the paper's.
 
     .venv/bin/python benchmarks/train_step.py [--configs listops,text,...] [--repeats N]
         [--batch N] [--length N] [--paper] [--methods auto,fused,...] [--ceiling] [--no-scan]
-        [--precision fp32|bf16|fp32,bf16]
+        [--precision fp32|bf16|fp32,bf16] [--isolate] [--out NAME]
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import multiprocessing
 import os
 import time
 
@@ -53,7 +59,15 @@ import baseline_model as base
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from _common import device_info, out_name, print_table, time_interleaved, write_json
+from _common import (
+    _summary,
+    _timed_call,
+    device_info,
+    out_name,
+    print_table,
+    time_interleaved,
+    write_json,
+)
 
 from s5jax.config import load_experiment
 from s5jax.core import SCAN_METHODS
@@ -271,11 +285,16 @@ def _tracing(name: str):
     return contextlib.nullcontext()
 
 
-def build(task: str, s: dict, methods=("auto",), ceiling=False, no_scan=False, precision="fp32"):
+def build(
+    task: str, s: dict, methods=("auto",), ceiling=False, no_scan=False, precision="fp32",
+    only: str | None = None,
+):  # fmt: skip
     """`{name: zero-argument callable}` for ours (one per SSM method and precision, named by
     `variant_name`), the baseline and the `ceiling`/`no_scan` variants, and the compile
     seconds. `precision` is our model's `model.precision`, or a tuple of them (the baseline is
-    float32; `ceiling`/`no_scan` use the first)."""
+    float32; `ceiling`/`no_scan` use the first). `only`: compile and return that variant
+    alone (the others are built, as the baseline needs our model's parameters, but never
+    traced or compiled: `--isolate`)."""
     precisions = (precision,) if isinstance(precision, str) else tuple(precision)
     base_cfg = load_experiment(task)
     batch = random_batch(task, s, jax.random.PRNGKey(1))
@@ -304,6 +323,8 @@ def build(task: str, s: dict, methods=("auto",), ceiling=False, no_scan=False, p
         return loss
 
     fns["baseline"] = run_base
+    if only is not None:
+        fns = {only: fns[only]}
     compile_s = {}
     for name, fn in fns.items():
         t0 = time.perf_counter()
@@ -311,6 +332,58 @@ def build(task: str, s: dict, methods=("auto",), ceiling=False, no_scan=False, p
             jax.block_until_ready(fn())  # compile (traced here) + first call
         compile_s[name] = time.perf_counter() - t0
     return fns, compile_s
+
+
+def variant_names(methods, precisions, ceiling=False, no_scan=False) -> list[str]:
+    """The names `build` gives its callables, in its order."""
+    names = [variant_name(m, p, methods, precisions) for p in precisions for m in methods]
+    return names + [NO_SSM] * ceiling + [NO_SCAN] * no_scan + ["baseline"]
+
+
+def _isolated_worker(conn, task, s, methods, ceiling, no_scan, precisions, name):
+    """One `--isolate` process: builds and compiles `name`'s step alone, sends its first-call
+    seconds, then times one call per "run" message (`_common._timed_call`) until None."""
+    fns, compile_s = build(task, s, methods, ceiling, no_scan, precisions, only=name)
+    conn.send(compile_s[name])
+    while conn.recv() is not None:
+        conn.send(_timed_call(fns[name]))
+
+
+def time_isolated(task, s, methods, ceiling, no_scan, precisions, repeats):
+    """(timings as `time_interleaved` gives them, compile seconds) with every variant in its own
+    process (multiprocessing, spawned), called in turn for `repeats` rounds: one runs while the
+    others wait. No process holds another's compiled program: in one process, our ListOps step
+    ran 150–162 ms alone and 172–185 ms once the authors' step had been compiled beside it,
+    while theirs was unchanged by ours (416.5 / 423.5, 419.2 / 421.1 ms; `docs/results.md`)."""
+    ctx = multiprocessing.get_context("spawn")
+    workers = {}
+    try:
+        for name in variant_names(methods, precisions, ceiling, no_scan):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(
+                target=_isolated_worker, daemon=True,
+                args=(child, task, s, methods, ceiling, no_scan, precisions, name),
+            )  # fmt: skip
+            proc.start()
+            child.close()
+            workers[name] = (proc, parent)
+        compile_s = {name: conn.recv() for name, (_, conn) in workers.items()}
+        calls = {name: [] for name in workers}
+        for _ in range(repeats):
+            for name, (_, conn) in workers.items():
+                conn.send("run")
+                calls[name].append(conn.recv())
+        for _, conn in workers.values():
+            conn.send(None)
+    except EOFError as error:
+        dead = [n for n, (p, _) in workers.items() if not p.is_alive()]
+        raise RuntimeError(f"{task}: a timing process ended early ({', '.join(dead)})") from error
+    finally:
+        for proc, _ in workers.values():
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
+    return _summary(calls), compile_s
 
 
 def main() -> None:
@@ -336,6 +409,11 @@ def main() -> None:
         "(each timed in the same run); the baseline stays fp32",
     )  # fmt: skip
     parser.add_argument(
+        "--isolate", action="store_true",
+        help="every step in its own process (spawned), called in turn: no compiled program "
+        "of one beside another's",
+    )  # fmt: skip
+    parser.add_argument(
         "--out", default="train-step", type=out_name, help="results/<OUT>-<cpu|gpu>.json"
     )
     args = parser.parse_args()
@@ -351,8 +429,14 @@ def main() -> None:
         s = shapes(task, args.batch, args.length, args.paper)
         print(f"{task}: batch {s['batch']} (paper {s['paper_batch']}), L {s['L']} "
               f"(paper {s['paper_L']})", flush=True)  # fmt: skip
-        fns, compile_s = build(task, s, methods, args.ceiling, args.no_scan, precisions)
-        times = time_interleaved(fns, repeats=args.repeats, warmup=0)
+        if args.isolate:
+            times, compile_s = time_isolated(
+                task, s, methods, args.ceiling, args.no_scan, precisions, args.repeats
+            )
+            fns = None
+        else:
+            fns, compile_s = build(task, s, methods, args.ceiling, args.no_scan, precisions)
+            times = time_interleaved(fns, repeats=args.repeats, warmup=0)
         b = times["baseline"]["median_s"]
         per_method = {}
         for p in precisions:
@@ -389,7 +473,9 @@ def main() -> None:
             "precision": ",".join(precisions), "precisions": precisions,
             "auto_on_this_backend": resolve_ssm_method("auto"),  # per row: auto_resolves_to
             "load_average_1_5_15": os.getloadavg(),
-            "protocol": "interleaved (ours, baseline, ...), medians; ratio = baseline / ours",
+            "protocol": ("isolated: one process per step, " if args.isolate else "")
+            + "interleaved (ours, baseline, ...), medians; ratio = baseline / ours",
+            "isolate": args.isolate,
             "shape_caps": {"batch": args.batch, "length": args.length, "paper": args.paper,
                            "cpu_defaults": None if args.paper else CPU_SHAPES},
             "results": results, "rows": rows,

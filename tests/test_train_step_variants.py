@@ -1,7 +1,8 @@
 """benchmarks/train_step.py's `--ceiling` and `--no-scan` variants compute what they claim: with
 the scans patched out, an SSM is exactly its products and feed-through, 2 Re(C̃_f B̄u + C̃_b B̄u)
 + D ⊙ u (float64, at a small and a large P, and the per-step Δ path); with the SSM patched
-out, a layer's SSM is D ⊙ u; and both patches are undone on exit."""
+out, a layer's SSM is D ⊙ u; and both patches are undone on exit. `--isolate`: `build(only=...)`
+and `variant_names`."""
 
 import argparse
 import sys
@@ -117,3 +118,19 @@ def test_baseline_memory_compiles_the_authors_step_on_their_inputs():
     expected = sum(np.prod(x.shape, dtype=int) * np.dtype(x.dtype).itemsize for x in leaves)
     assert theirs["args_bytes"] == expected
     assert theirs["temp_bytes"] > 0 and ours["args_bytes"] != theirs["args_bytes"]
+
+
+def test_isolate_builds_one_variant_and_names_them_as_build_does():
+    """`--isolate`: `build(..., only=name)` compiles and returns that variant alone, for every
+    name `variant_names` gives (what the worker processes are started with)."""
+    s = ts.shapes("pendulum", 2, 8, False)
+    names = ts.variant_names(("auto",), ("fp32",))
+    assert names == ["ours", "baseline"], names
+    for name in names:
+        fns, compile_s = ts.build("pendulum", s, ("auto",), precision=("fp32",), only=name)
+        assert list(fns) == list(compile_s) == [name]
+        assert np.isfinite(float(fns[name]()))
+    assert ts.variant_names(("auto", "native"), ("fp32", "bf16"), no_scan=True) == [
+        "ours[auto/fp32]", "ours[native/fp32]", "ours[auto/bf16]", "ours[native/bf16]",
+        ts.NO_SCAN, "baseline",
+    ]  # fmt: skip
