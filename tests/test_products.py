@@ -408,3 +408,17 @@ def test_without_the_jax_internals_it_reads_matmul_falls_back_to_per_example_pro
     assert _batch_sums(jax.make_jaxpr(jax.grad(_loss(matmul)))(w, x).jaxpr, (4, 32, 24), 0) == 1
     got = jax.grad(_loss(matmul))(w, x)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_with_several_devices_the_batch_sum_is_one_reduce_sum(monkeypatch):
+    """Pairwise halves would move per-example gradients between the devices a sharded batch
+    sits on; with more than one device the batch-level product sums with `reduce_sum` (local
+    sums and one all-reduce after partitioning), to the same gradient."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (4, 16, 32))
+    w = jax.random.normal(jax.random.PRNGKey(1), (32, 24))
+    one_device = jax.grad(_loss(matmul))(w, x)
+    monkeypatch.setattr(jax, "device_count", lambda *args: 2)
+    assert _batch_sums(jax.make_jaxpr(jax.grad(_loss(matmul)))(w, x).jaxpr, (4, 32, 24), 0) == 1
+    np.testing.assert_allclose(
+        np.asarray(jax.grad(_loss(matmul))(w, x)), np.asarray(one_device), rtol=1e-5, atol=1e-6
+    )

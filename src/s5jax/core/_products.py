@@ -282,7 +282,12 @@ def _sum_over_batch(x: Array) -> Array:
     backend (its YNNPACK reduction, jax 0.10.2) sums a few large arrays over their leading axis
     slowly: for float32 (4, 768, 512), 4.16 ms as `jnp.sum(x, 0)` against 0.14 ms pairwise;
     (8, 256, 512) 3.17 against 0.08 ms; at (50, 128, 128) the two are within 0.01 ms (AMD EPYC,
-    2026-11-29, a `/tmp` script, 20 calls each)."""
+    2026-11-29, a `/tmp` script, 20 calls each). Pairwise on one CPU device only: with the
+    batch sharded over several devices the halves sit on different devices and each add would
+    move one of them (a `reduce_sum` becomes local sums and one all-reduce), and other backends
+    reduce well."""
+    if jax.default_backend() != "cpu" or jax.device_count() > 1:
+        return jnp.sum(x, axis=0)
     while x.shape[0] > 1:
         half = x.shape[0] // 2
         pairs = x[:half] + x[half : 2 * half]
