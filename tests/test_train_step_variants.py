@@ -1,8 +1,8 @@
 """benchmarks/train_step.py's `--ceiling` and `--no-scan` variants compute what they claim: with
 the scans patched out, an SSM is exactly its products and feed-through, 2 Re(C̃_f B̄u + C̃_b B̄u)
 + D ⊙ u (float64, at a small and a large P, and the per-step Δ path); with the SSM patched
-out, a layer's SSM is D ⊙ u; and both patches are undone on exit. `--isolate`: `build(only=...)`
-and `variant_names`."""
+out, a layer's SSM is D ⊙ u; and both patches are undone on exit. `--isolate`: `build(only=...)`,
+`variant_names` and `time_isolated` end to end on a tiny pendulum."""
 
 import argparse
 import sys
@@ -134,3 +134,13 @@ def test_isolate_builds_one_variant_and_names_them_as_build_does():
         "ours[auto/fp32]", "ours[native/fp32]", "ours[auto/bf16]", "ours[native/bf16]",
         ts.NO_SCAN, "baseline",
     ]  # fmt: skip
+
+
+def test_isolated_timing_runs_each_step_in_its_own_process():
+    """`time_isolated` (what `--isolate` runs): one spawned process per variant, each timed
+    once per round; every timing positive, and the compile seconds come back per variant."""
+    s = ts.shapes("pendulum", 2, 8, False)
+    times, compile_s = ts.time_isolated("pendulum", s, ("auto",), False, False, ("fp32",), 2)
+    assert list(times) == list(compile_s) == ["ours", "baseline"]
+    for t in times.values():
+        assert len(t["all_s"]) == 2 and all(x > 0 for x in t["all_s"])
