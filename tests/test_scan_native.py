@@ -271,6 +271,33 @@ def test_planar_states_split_over_threads_lane_blocks_and_streaming_stores(
 
 
 @needs_native
+def test_concurrent_native_calls_in_one_executable_share_xla_s_thread_pool():
+    # Six independent calls in one executable: XLA's CPU runtime runs them concurrently, each
+    # hands chunks of its lanes to helper tasks on that runtime's thread pool, and a helper that
+    # starts after its call has returned must find nothing left to do. Every output equals the
+    # definition, call after call (fresh buffers each time; a stray late write would show).
+    rng = np.random.default_rng(13)
+    B, L, P, n = 1, 2048, 64, 6
+    a = [
+        jnp.asarray(0.99 * np.exp(1j * rng.uniform(-np.pi, np.pi, P)), jnp.complex64)
+        for _ in range(n)
+    ]
+    b = [jnp.asarray(rng.normal(size=(B, L, 2 * P)), jnp.float32) for _ in range(n)]
+
+    def many(f):
+        return jax.jit(
+            lambda a, b: [jax.vmap(lambda bb: f(ai, bb, True))(bi) for ai, bi in zip(a, b)]
+        )
+
+    want = many(_planar_by_linear_recurrence)(a, b)
+    run = many(_native.native_planar_states)
+    for _ in range(5):
+        got = run(a, b)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-4, atol=2e-4)
+
+
+@needs_native
 def test_planar_states_reject_what_they_cannot_run():
     a = jnp.ones(3, jnp.complex64)
     with pytest.raises(ValueError, match=r"real \(L, 2P\)"):

@@ -19,11 +19,16 @@
 //
 // Complex products are written out in real arithmetic (no __mulsc3 calls) and the inner loop
 // runs over P contiguous lanes, so the compiler vectorises it. The time-invariant ā is summed
-// in the element precision over 256 steps at a time, then in double. Sequences are split over
-// threads (one per available core, S5JAX_NATIVE_THREADS to override; ≥ 256k elements each);
-// outputs of 16 MiB and more are written with streaming stores.
+// in the element precision over 256 steps at a time, then in double. Sequences (and, for the
+// planar kernel, blocks of lanes) are claimed in chunks by the calling thread and helper tasks on
+// XLA's CPU thread pool (one thread per available core, S5JAX_NATIVE_THREADS to override; ≥ 256k
+// elements each, 64k for the planar kernel); outputs of 16 MiB and more are written with
+// streaming stores.
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
+#include <memory>
 #include <complex>
 #include <cstdint>
 #include <cstdlib>
@@ -95,6 +100,26 @@ int Threads(int64_t N, int64_t elements, int64_t per_thread = int64_t{1} << 18) 
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({avail, N, by_work})));
 }
 
+// The thread pool XLA runs its CPU thunks on, for the kernel now running on this thread (set by
+// each handler for the duration of its call; null outside one).
+thread_local ffi::ThreadPool* tl_pool = nullptr;
+
+struct PoolScope {
+  explicit PoolScope(ffi::ThreadPool* pool) : prev(tl_pool) { tl_pool = pool; }
+  ~PoolScope() { tl_pool = prev; }
+  ffi::ThreadPool* prev;
+};
+
+// Units are handed out dynamically: the calling thread and T − 1 helpers each claim the next
+// chunk of units from a shared counter until none are left, and the call returns once every
+// claimed chunk is done. The helpers are tasks on XLA's own thread pool (the one that runs the
+// CPU thunks), not threads of their own: XLA runs independent thunks concurrently, and a kernel
+// thread of its own then competes for the cores with XLA's workers, which also spin while they
+// wait for work. With a static split over threads of its own, Speech's bfloat16 step (batch 1)
+// took 62 ms in some processes and 76 ms in others, the native calls 0.8 against 2.3 ms (2-core
+// AMD EPYC, 2026-11-29). A helper task that starts late (its worker busy with another thunk)
+// finds the units taken and returns without touching the buffers; the shared state outlives the
+// call for it. Without XLA's pool (tl_pool null), helpers are threads joined at the end.
 template <typename F>
 void ParallelOver(int64_t N, int64_t elements, F body,  // body(n_begin, n_end)
                   int64_t per_thread = int64_t{1} << 18) {
@@ -103,13 +128,32 @@ void ParallelOver(int64_t N, int64_t elements, F body,  // body(n_begin, n_end)
     body(int64_t{0}, N);
     return;
   }
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(T - 1));
-  for (int t = 1; t < T; ++t) {
-    pool.emplace_back(body, N * t / T, N * (t + 1) / T);
+  struct Shared {
+    std::atomic<int64_t> next{0}, done{0};
+    int64_t N = 0, chunk = 1;
+    std::function<void(int64_t, int64_t)> body;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->N = N;
+  shared->chunk = std::max<int64_t>(1, N / (int64_t{8} * T));
+  shared->body = body;
+  auto work = [](Shared& s) {
+    for (int64_t u0 = s.next.fetch_add(s.chunk); u0 < s.N; u0 = s.next.fetch_add(s.chunk)) {
+      const int64_t u1 = std::min(s.N, u0 + s.chunk);
+      s.body(u0, u1);
+      s.done.fetch_add(u1 - u0, std::memory_order_release);
+    }
+  };
+  std::vector<std::thread> threads;
+  if (tl_pool != nullptr) {
+    for (int t = 1; t < T; ++t) tl_pool->Schedule([shared, work]() { work(*shared); });
+  } else {
+    threads.reserve(static_cast<size_t>(T - 1));
+    for (int t = 1; t < T; ++t) threads.emplace_back([shared, work]() { work(*shared); });
   }
-  body(int64_t{0}, N / T);
-  for (auto& th : pool) th.join();
+  work(*shared);
+  while (shared->done.load(std::memory_order_acquire) < N) std::this_thread::yield();
+  for (auto& th : threads) th.join();
 }
 
 // ---- real scalars -----------------------------------------------------------------------------
@@ -308,7 +352,11 @@ constexpr int64_t kPlanarPerThread = int64_t{1} << 16;
 Lanes SplitLanes(int64_t N, int64_t P, int64_t elements) {
   Lanes lanes;
   const int T = Threads(N * std::max<int64_t>(1, P / 16), elements, kPlanarPerThread);
-  if (N < T) lanes.blocks = std::min<int64_t>((T + N - 1) / N, std::max<int64_t>(1, P / 16));
+  // Up to 4 units a thread (whole sequences where there are enough), so that the claimed chunks
+  // of ParallelOver can balance the threads' work.
+  if (T > 1 && N < 4 * T) {
+    lanes.blocks = std::min<int64_t>((4 * T + N - 1) / N, std::max<int64_t>(1, P / 16));
+  }
   return lanes;
 }
 
@@ -470,8 +518,9 @@ T* Data(const ffi::AnyBuffer& buf) {
   return static_cast<T*>(buf.untyped_data());
 }
 
-ffi::Error RecurrenceImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x,
+ffi::Error RecurrenceImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x,
                           bool per_step, bool reverse) {
+  PoolScope scope(&pool);
   Shape s;
   if (auto err = GetShape(a, b, per_step, &s); !err.success()) return err;
   switch (b.element_type()) {
@@ -490,9 +539,10 @@ ffi::Error RecurrenceImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::A
   }
 }
 
-ffi::Error AdjointImpl(ffi::AnyBuffer a, ffi::AnyBuffer g, ffi::AnyBuffer x,
+ffi::Error AdjointImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer g, ffi::AnyBuffer x,
                        ffi::Result<ffi::AnyBuffer> lam, ffi::Result<ffi::AnyBuffer> a_bar,
                        bool per_step, bool reverse) {
+  PoolScope scope(&pool);
   Shape s;
   if (auto err = GetShape(a, g, per_step, &s); !err.success()) return err;
   if (x.element_count() != g.element_count() || x.element_type() != g.element_type()) {
@@ -536,8 +586,9 @@ ffi::Error GetPlanarShape(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, Shap
   return ffi::Error::Success();
 }
 
-ffi::Error PlanarImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x,
+ffi::Error PlanarImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x,
                       bool bidirectional) {
+  PoolScope scope(&pool);
   Shape s;
   if (auto err = GetPlanarShape(a, b, &s); !err.success()) return err;
   const int64_t D = bidirectional ? 2 : 1;
@@ -556,9 +607,10 @@ ffi::Error PlanarImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBu
   }
 }
 
-ffi::Error PlanarAdjointImpl(ffi::AnyBuffer a, ffi::AnyBuffer g, ffi::AnyBuffer x,
+ffi::Error PlanarAdjointImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer g, ffi::AnyBuffer x,
                              ffi::Result<ffi::AnyBuffer> b_bar, ffi::Result<ffi::AnyBuffer> a_bar,
                              bool bidirectional) {
+  PoolScope scope(&pool);
   Shape s;
   if (auto err = GetPlanarShape(a, *b_bar, &s); !err.success()) return err;
   const int64_t D = bidirectional ? 2 : 1;
@@ -600,6 +652,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxMaterialise, MaterialiseImpl,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxRecurrence, RecurrenceImpl,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
@@ -608,6 +661,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxRecurrence, RecurrenceImpl,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxRecurrenceAdjoint, AdjointImpl,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
@@ -619,6 +673,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxRecurrenceAdjoint, AdjointImpl,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxPlanar, PlanarImpl,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
@@ -626,6 +681,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxPlanar, PlanarImpl,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxPlanarAdjoint, PlanarAdjointImpl,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
