@@ -18,6 +18,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ..core import _native
 from ..nn import combine_members
 
 __all__ = ["Steps", "make_steps", "per_example_loss"]
@@ -65,6 +66,38 @@ class Steps:
 
     train: Callable  # (params, state, opt_state, batch, key) -> (params, state, opt_state, stats)
     evaluate: Callable  # (params, state, batch, step_rescale) -> stats (sums over real rows)
+
+
+STORE_GRADIENTS = True
+"""Whether the train step writes each parameter's gradient (of at least `STORED_GRADIENT_SIZE`
+elements) to memory once, through the native kernel's no-op custom call, before the optimiser
+reads it (CPU, one device, the C++ library built; read when tracing). Without it XLA's CPU
+backend fuses the gradient's whole producer into each of its consumers and recomputes it there:
+the SSM's B̃ gradient (the batch's pairwise sum of the per-example weight gradients, the planar
+rows' transpose back to complex B and the product with the discretisation factor) was
+recomputed in 7 fusions per layer (Adam's two moments, the update, the gradient norm), 0.2 ms
+each, in Pathfinder's bfloat16 step (2-core AMD EPYC, 2026-11-29, `jax.profiler` trace)."""
+
+STORED_GRADIENT_SIZE = 4096
+
+
+def _stored(grads):
+    """`grads` with every leaf of at least `STORED_GRADIENT_SIZE` elements written to memory
+    once (see `STORE_GRADIENTS`); the same values."""
+    if not (
+        STORE_GRADIENTS
+        and jax.default_backend() == "cpu"
+        and jax.device_count() == 1
+        and _native.native_available()
+    ):
+        return grads
+
+    def store(g):
+        if isinstance(g, jax.Array) and g.size >= STORED_GRADIENT_SIZE:
+            return _native.native_materialise(g)
+        return g
+
+    return jax.tree_util.tree_map(store, grads)
 
 
 def _masked(values, mask):
@@ -134,6 +167,7 @@ def make_steps(static, optimizer, head_kind: str, members: int = 1) -> Steps:
         (loss, (state, metric)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, state, batch, key
         )
+        grads = _stored(grads)
         with jax.numpy_dtype_promotion("standard"):  # optax's bias correction mixes dtypes
             updates, opt_state = optimizer.update(grads, opt_state, params)
             params = eqx.apply_updates(params, updates)

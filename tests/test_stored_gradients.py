@@ -1,0 +1,70 @@
+"""The train step writes each large gradient to memory once before the optimiser reads it
+(`s5jax.train._steps.STORE_GRADIENTS`), and that changes no value."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from s5jax.config import OptimConfig
+from s5jax.config._schema import ModelConfig
+from s5jax.core import _native
+from s5jax.nn import build_model
+from s5jax.train import _steps
+from s5jax.train._optim import build_optimizer
+
+needs_native = pytest.mark.skipif(
+    not _native.native_available(), reason="the native kernel cannot be built here"
+)
+
+
+def _setup():
+    cfg = ModelConfig(
+        n_layers=2, d_model=16, ssm_size=16, blocks=1, bidirectional=True,
+        activation="half_glu1", pooling="mean", dropout=0.0,
+    )  # fmt: skip
+    model, state = build_model(cfg, d_input=3, n_outputs=4, key=jax.random.PRNGKey(0))
+    optimizer, _ = build_optimizer(OptimConfig(), model, steps_per_epoch=10, epochs=1)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    with jax.numpy_dtype_promotion("standard"):
+        opt_state = optimizer.init(params)
+    batch = {
+        "x": jax.random.normal(jax.random.PRNGKey(1), (4, 32, 3)),
+        "y": jnp.asarray([0, 3, 1, 2]),
+        "mask": jnp.ones((4,), bool),
+    }
+    return cfg, static, optimizer, (params, state, opt_state), batch
+
+
+@needs_native
+def test_large_gradients_are_stored_once_and_the_step_is_unchanged(monkeypatch):
+    cfg, static, optimizer, carry, batch = _setup()
+    monkeypatch.setattr(_steps, "STORED_GRADIENT_SIZE", 64)
+    large = sum(p.size >= 64 for p in jax.tree_util.tree_leaves(carry[0]))
+    assert 0 < large < len(jax.tree_util.tree_leaves(carry[0]))
+    key = jax.random.PRNGKey(2)
+    calls, results = {}, {}
+    for flag in (True, False):
+        monkeypatch.setattr(_steps, "STORE_GRADIENTS", flag)
+        step = _steps.make_steps(static, optimizer, cfg.head).train  # read when tracing
+        args = jax.tree_util.tree_map(jnp.copy, carry)  # the step donates its buffers
+        text = step.lower(*args, batch, key).as_text()
+        # The layers' outputs go through the same call (float32, native path): count those
+        # apart by comparing with the step that stores nothing.
+        calls[flag] = text.count("@s5jax_materialise(")
+        new_params, _, new_opt, stats = step(*args, batch, key)
+        results[flag] = (stats["loss"], stats["grad_norm"], new_params, new_opt)
+    assert calls[True] - calls[False] == large, calls
+    for a, b in zip(
+        jax.tree_util.tree_leaves(results[True]), jax.tree_util.tree_leaves(results[False]),
+        strict=True,
+    ):  # fmt: skip
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+def test_without_the_native_kernel_nothing_is_stored(monkeypatch):
+    _, _, _, carry, _ = _setup()
+    monkeypatch.setattr(_native, "native_available", lambda: False)
+    grads = carry[0]
+    assert _steps._stored(grads) is grads
