@@ -28,7 +28,7 @@ import pytest
 
 from s5jax.config import OptimConfig
 from s5jax.config._schema import ModelConfig
-from s5jax.core import _products, apply_ssm
+from s5jax.core import _native, _products, apply_ssm
 from s5jax.core._products import matmul
 from s5jax.nn import S5SSM, Dense, PendulumCNN, build_model
 from s5jax.train._optim import build_optimizer
@@ -422,3 +422,33 @@ def test_with_several_devices_the_batch_sum_is_one_reduce_sum(monkeypatch):
     np.testing.assert_allclose(
         np.asarray(jax.grad(_loss(matmul))(w, x)), np.asarray(one_device), rtol=1e-5, atol=1e-6
     )
+
+
+@pytest.mark.skipif(not _native.native_available(), reason="the native kernel cannot be built")
+@pytest.mark.parametrize("x_dtype", [jnp.bfloat16, jnp.float32])
+def test_mixed_precision_weight_gradient_over_the_whole_batch_through_native_transpose(
+    monkeypatch, x_dtype
+):
+    """With the native library (`NATIVE_WEIGHT_GRADIENT`), a vmapped mixed-precision product's
+    weight gradient is one product over batch × rows whose left operand is `native_transpose`'s
+    copy: the program holds that call (and none with the switch off), and ∂W, ∂x equal the
+    per-example products' (float32 accumulation: rtol 1e-5 of Σ|x||g|), with odd sizes."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (5, 37, 20)).astype(x_dtype)
+    w = jax.random.normal(jax.random.PRNGKey(1), (20, 12), jnp.float32) / 5
+    g = jax.random.normal(jax.random.PRNGKey(2), (5, 37, 12), jnp.float32)
+
+    def f(w, x):
+        return jax.vmap(lambda xi: matmul(xi, w, jnp.float32, operand_dtype=jnp.bfloat16))(x)
+
+    got, calls = {}, {}
+    for flag in (True, False):
+        monkeypatch.setattr(_products, "NATIVE_WEIGHT_GRADIENT", flag)
+        step = jax.jit(lambda w, x, g: jax.vjp(f, w, x)[1](g))  # traced afresh: flag read
+        calls[flag] = step.lower(w, x, g).as_text().count("@s5jax_transpose(")
+        got[flag] = step(w, x, g)
+    assert calls == {True: 1, False: 0}
+    scale = np.einsum("blk,bln->kn", np.abs(_bf16(x)), np.abs(_bf16(g)))
+    dw_native, dw_each = (np.asarray(got[f][0], np.float64) for f in (True, False))
+    assert got[True][0].dtype == jnp.float32
+    assert np.all(np.abs(dw_native - dw_each) <= 1e-5 * scale + 1e-7)
+    np.testing.assert_array_equal(np.asarray(got[True][1]), np.asarray(got[False][1]))

@@ -298,6 +298,35 @@ def test_concurrent_native_calls_in_one_executable_share_xla_s_thread_pool():
 
 
 @needs_native
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32, jnp.int32, jnp.float64])
+def test_native_transpose_equals_swapaxes(dtype, request):
+    # Odd sizes leave partial tiles and blocks on both axes; (3, 2, 1000, 136) makes enough work
+    # for the threads; the leading axes are a batch of matrices.
+    if dtype == jnp.float64 and not jax.config.jax_enable_x64:
+        request.getfixturevalue("x64")
+    rng = np.random.default_rng(14)
+    for shape in ((1, 1), (7, 5), (33, 65), (64, 128), (2, 1000, 136), (3, 2, 517, 41)):
+        x = jnp.asarray(rng.normal(size=shape) * 100, dtype)
+        got = jax.jit(_native.native_transpose)(x)
+        assert got.shape == (*shape[:-2], shape[-1], shape[-2]) and got.dtype == x.dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(jnp.swapaxes(x, -1, -2)))
+
+
+@needs_native
+def test_native_transpose_vmaps_and_differentiates():
+    rng = np.random.default_rng(15)
+    x = jnp.asarray(rng.normal(size=(4, 37, 19)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(4, 19, 37)), jnp.float32)
+    got = jax.vmap(_native.native_transpose)(x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(jnp.swapaxes(x, 1, 2)))
+    grad = jax.grad(lambda x: jnp.sum(w * jax.vmap(_native.native_transpose)(x) ** 2))(x)
+    want = 2 * jnp.swapaxes(w, 1, 2) * x
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(want), rtol=1e-6)
+    with pytest.raises(ValueError, match="must be"):
+        _native.native_transpose(jnp.ones(3))
+
+
+@needs_native
 def test_planar_states_reject_what_they_cannot_run():
     a = jnp.ones(3, jnp.complex64)
     with pytest.raises(ValueError, match=r"real \(L, 2P\)"):

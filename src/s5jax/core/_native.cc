@@ -645,6 +645,137 @@ ffi::Error MaterialiseImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y) {
   return ffi::Error::Success();
 }
 
+// Transpose of the last two axes, (..., R, C) -> (..., C, R), for 2-, 4- and 8-byte elements:
+// the weight gradient's left operand (s5jax.core._products). XLA's CPU backend fuses such a
+// transpose into its consumer or into a loop over the elements; a custom call stores it once,
+// row-major, which the bfloat16 matrix-product kernels take as it is. Tiles of 32 × 32 elements
+// (a few KiB, in L1) are copied in blocks of SSE2 unpacks; tile rows are claimed by the threads.
+// A full kB × kB block: dst[c * R + r] = src[r * C + c] for r, c < kB. SSE2 unpacks where the
+// element size has them (8 × 8 of 16-bit, 4 × 4 of 32-bit elements), element by element else.
+template <typename E>
+struct Blocks {
+  static constexpr int64_t kB = 8;
+  static inline void Full(const E* src, int64_t C, E* dst, int64_t R) {
+    for (int64_t c = 0; c < kB; ++c) {
+      for (int64_t r = 0; r < kB; ++r) dst[c * R + r] = src[r * C + c];
+    }
+  }
+};
+
+#if defined(__SSE2__)
+template <>
+struct Blocks<uint16_t> {
+  static constexpr int64_t kB = 8;
+  static inline void Full(const uint16_t* src, int64_t C, uint16_t* dst, int64_t R) {
+    __m128i r[8], t[8], u[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * C));
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+    }
+    // u0..u3: columns (0,1) (2,3) (4,5) (6,7) of rows 0-3; u4..u7 the same of rows 4-7.
+    u[0] = _mm_unpacklo_epi32(t[0], t[2]);
+    u[1] = _mm_unpackhi_epi32(t[0], t[2]);
+    u[2] = _mm_unpacklo_epi32(t[1], t[3]);
+    u[3] = _mm_unpackhi_epi32(t[1], t[3]);
+    u[4] = _mm_unpacklo_epi32(t[4], t[6]);
+    u[5] = _mm_unpackhi_epi32(t[4], t[6]);
+    u[6] = _mm_unpacklo_epi32(t[5], t[7]);
+    u[7] = _mm_unpackhi_epi32(t[5], t[7]);
+    for (int i = 0; i < 4; ++i) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * i) * R),
+                       _mm_unpacklo_epi64(u[i], u[i + 4]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * i + 1) * R),
+                       _mm_unpackhi_epi64(u[i], u[i + 4]));
+    }
+  }
+};
+
+template <>
+struct Blocks<uint32_t> {
+  static constexpr int64_t kB = 4;
+  static inline void Full(const uint32_t* src, int64_t C, uint32_t* dst, int64_t R) {
+    const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + C));
+    const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * C));
+    const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 3 * C));
+    const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpackhi_epi32(r0, r1);
+    const __m128i t2 = _mm_unpacklo_epi32(r2, r3), t3 = _mm_unpackhi_epi32(r2, r3);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_unpacklo_epi64(t0, t2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + R), _mm_unpackhi_epi64(t0, t2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * R), _mm_unpacklo_epi64(t1, t3));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * R), _mm_unpackhi_epi64(t1, t3));
+  }
+};
+#endif
+
+template <typename E>
+void TransposeTiles(const E* in, E* out, int64_t N, int64_t R, int64_t C) {
+  constexpr int64_t kTile = 32;
+  constexpr int64_t kB = Blocks<E>::kB;
+  const int64_t row_tiles = (R + kTile - 1) / kTile;
+  const bool stream = N * R * C * static_cast<int64_t>(sizeof(E)) >= kStreamBytes;
+  ParallelOver(N * row_tiles, N * R * C, [=](int64_t u0, int64_t u1) {
+    alignas(64) E buf[kTile * kTile];  // one tile, transposed: buf[c * kTile + r]
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t n = u / row_tiles, r0 = (u % row_tiles) * kTile;
+      const int64_t rows = std::min(R, r0 + kTile) - r0;
+      const E* src = in + n * R * C + r0 * C;
+      E* dst = out + n * R * C + r0;
+      for (int64_t c0 = 0; c0 < C; c0 += kTile) {
+        const int64_t cols = std::min(C, c0 + kTile) - c0;
+        for (int64_t rb = 0; rb < rows; rb += kB) {
+          for (int64_t cb = 0; cb < cols; cb += kB) {
+            if (rb + kB <= rows && cb + kB <= cols) {
+              Blocks<E>::Full(src + rb * C + c0 + cb, C, buf + cb * kTile + rb, kTile);
+              continue;
+            }
+            const int64_t re = std::min(rows, rb + kB), ce = std::min(cols, cb + kB);
+            for (int64_t c = cb; c < ce; ++c) {
+              for (int64_t r = rb; r < re; ++r) buf[c * kTile + r] = src[r * C + c0 + c];
+            }
+          }
+        }
+        for (int64_t c = 0; c < cols; ++c) {  // whole output lines from the tile
+          CopyRow(dst + (c0 + c) * R, buf + c * kTile, static_cast<size_t>(rows) * sizeof(E),
+                  stream);
+        }
+      }
+    }
+    StreamFence(stream);
+  }, int64_t{1} << 17);
+}
+
+ffi::Error TransposeImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y) {
+  PoolScope scope(&pool);
+  auto dims = x.dimensions();
+  if (dims.size() < 2) return ffi::Error::InvalidArgument("s5jax_transpose: x must be (..., R, C)");
+  const int64_t R = dims[dims.size() - 2], C = dims[dims.size() - 1];
+  int64_t N = 1;
+  for (size_t d = 0; d + 2 < dims.size(); ++d) N *= dims[d];
+  if (y->element_count() != x.element_count() || y->element_type() != x.element_type()) {
+    return ffi::Error::InvalidArgument("s5jax_transpose: y must be x's (..., C, R)");
+  }
+  if (x.element_count() == 0) return ffi::Error::Success();
+  const size_t bytes = x.size_bytes() / x.element_count();
+  switch (bytes) {
+    case 2:
+      TransposeTiles(static_cast<const uint16_t*>(x.untyped_data()),
+                     static_cast<uint16_t*>(y->untyped_data()), N, R, C);
+      return ffi::Error::Success();
+    case 4:
+      TransposeTiles(static_cast<const uint32_t*>(x.untyped_data()),
+                     static_cast<uint32_t*>(y->untyped_data()), N, R, C);
+      return ffi::Error::Success();
+    case 8:
+      TransposeTiles(static_cast<const uint64_t*>(x.untyped_data()),
+                     static_cast<uint64_t*>(y->untyped_data()), N, R, C);
+      return ffi::Error::Success();
+    default:
+      return ffi::Error::InvalidArgument("s5jax_transpose: elements must be 2, 4 or 8 bytes");
+  }
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxMaterialise, MaterialiseImpl,
@@ -688,3 +819,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxPlanarAdjoint, PlanarAdjointImpl,
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<bool>("bidirectional"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxTranspose, TransposeImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());

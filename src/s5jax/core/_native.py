@@ -46,6 +46,7 @@ __all__ = [
     "native_materialise",
     "native_planar_states",
     "native_recurrence",
+    "native_transpose",
 ]
 
 _SOURCE = Path(__file__).with_name("_native.cc")
@@ -55,6 +56,7 @@ _TARGET_ADJOINT = "s5jax_recurrence_adjoint"
 _TARGET_PLANAR = "s5jax_planar"
 _TARGET_PLANAR_ADJOINT = "s5jax_planar_adjoint"
 _TARGET_MATERIALISE = "s5jax_materialise"
+_TARGET_TRANSPOSE = "s5jax_transpose"
 _DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
 
 _log = logging.getLogger(__name__)
@@ -160,6 +162,7 @@ def _load() -> bool:
                 (_TARGET_PLANAR, lib.S5jaxPlanar),
                 (_TARGET_PLANAR_ADJOINT, lib.S5jaxPlanarAdjoint),
                 (_TARGET_MATERIALISE, lib.S5jaxMaterialise),
+                (_TARGET_TRANSPOSE, lib.S5jaxTranspose),
             ):
                 jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
         except (OSError, RuntimeError, AttributeError) as err:
@@ -347,3 +350,47 @@ def native_materialise(x):
     if not native_available():
         raise RuntimeError(f"native_materialise is unavailable: {native_build_error()}")
     return _materialise(x)
+
+
+def _transpose_call(x):
+    call = jax.ffi.ffi_call(
+        _TARGET_TRANSPOSE,
+        jax.ShapeDtypeStruct((*x.shape[:-2], x.shape[-1], x.shape[-2]), x.dtype),
+        vmap_method="expand_dims",
+    )
+    return call(x)
+
+
+@jax.custom_vjp
+def _transpose(x):
+    return _transpose_call(x)
+
+
+def _transpose_fwd(x):
+    return _transpose_call(x), None
+
+
+def _transpose_bwd(_, g):
+    return (_transpose_call(g),)
+
+
+_transpose.defvjp(_transpose_fwd, _transpose_bwd)
+
+
+def native_transpose(x):
+    """`jnp.swapaxes(x, -1, -2)` written to memory row-major by the native library.
+
+    XLA's CPU backend turns a transpose into a layout change of its consumer or fuses it into a
+    loop over the elements; before a bfloat16 matrix product whose left operand must have its
+    contracted axis innermost, either costs more than the copy itself (the weight gradient in
+    `s5jax.core._products`). This custom call is a real transposed copy (32 × 32 tiles, split
+    over the calling thread and XLA's CPU thread pool). `x`: (..., R, C) with 2-, 4- or 8-byte
+    elements; differentiable (its VJP is the transpose back) and vmappable. Needs the native
+    kernel (`native_available()`).
+    """
+    if x.ndim < 2:
+        raise ValueError(f"native_transpose: x must be (..., R, C), got shape {x.shape}")
+    if not native_available():
+        raise RuntimeError(f"native_transpose is unavailable: {native_build_error()}")
+    return _transpose(x)
+
