@@ -352,13 +352,12 @@ def test_forward_mode_through_a_model_works_with_the_switch_off(plain_products):
             jax.jvp(f, (x,), (v,))
 
 
-def test_the_training_step_sums_weight_gradients_over_the_batch_pairwise(monkeypatch):
-    """In the trainer's own step (`make_steps`, the model vmapped over the batch inside the
-    gradient) no weight's gradient is a reduce_sum over a (batch, K, N) stack, and the step's
-    loss and updated parameters are those of JAX's batching (`BATCH_LEVEL_GRADIENT = False`,
-    which does have such sums: the check can fail)."""
+def small_training_setup(ssm_size: int):
+    """A 2-layer bidirectional model, its optimiser and a batch of 4 sequences of 32 steps, as
+    the trainer's step takes them: `(cfg, static, optimizer, (params, state, opt_state),
+    batch)`. Also used by `tests/test_stored_gradients.py`."""
     cfg = ModelConfig(
-        n_layers=2, d_model=16, ssm_size=8, blocks=1, bidirectional=True,
+        n_layers=2, d_model=16, ssm_size=ssm_size, blocks=1, bidirectional=True,
         activation="half_glu1", pooling="mean", dropout=0.0,
     )  # fmt: skip
     model, state = build_model(cfg, d_input=3, n_outputs=4, key=jax.random.PRNGKey(0))
@@ -371,6 +370,15 @@ def test_the_training_step_sums_weight_gradients_over_the_batch_pairwise(monkeyp
         "y": jnp.asarray([0, 3, 1, 2]),
         "mask": jnp.ones((4,), bool),
     }
+    return cfg, static, optimizer, (params, state, opt_state), batch
+
+
+def test_the_training_step_sums_weight_gradients_over_the_batch_pairwise(monkeypatch):
+    """In the trainer's own step (`make_steps`, the model vmapped over the batch inside the
+    gradient) no weight's gradient is a reduce_sum over a (batch, K, N) stack, and the step's
+    loss and updated parameters are those of JAX's batching (`BATCH_LEVEL_GRADIENT = False`,
+    which does have such sums: the check can fail)."""
+    cfg, static, optimizer, (params, state, opt_state), batch = small_training_setup(ssm_size=8)
     key = jax.random.PRNGKey(2)
     weights = {tuple(w.shape) for w in jax.tree_util.tree_leaves(params) if w.ndim == 2}
     assert weights, "the model has no weight matrix"

@@ -1,18 +1,15 @@
 """The train step writes each large gradient to memory once before the optimiser reads it
 (`s5jax.train._steps.STORE_GRADIENTS`), and that changes no value."""
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from s5jax.config import OptimConfig
-from s5jax.config._schema import ModelConfig
 from s5jax.core import _native
-from s5jax.nn import build_model
 from s5jax.train import _steps
-from s5jax.train._optim import build_optimizer
+
+from .test_products import small_training_setup
 
 needs_native = pytest.mark.skipif(
     not _native.native_available(), reason="the native kernel cannot be built here"
@@ -20,21 +17,7 @@ needs_native = pytest.mark.skipif(
 
 
 def _setup():
-    cfg = ModelConfig(
-        n_layers=2, d_model=16, ssm_size=16, blocks=1, bidirectional=True,
-        activation="half_glu1", pooling="mean", dropout=0.0,
-    )  # fmt: skip
-    model, state = build_model(cfg, d_input=3, n_outputs=4, key=jax.random.PRNGKey(0))
-    optimizer, _ = build_optimizer(OptimConfig(), model, steps_per_epoch=10, epochs=1)
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    with jax.numpy_dtype_promotion("standard"):
-        opt_state = optimizer.init(params)
-    batch = {
-        "x": jax.random.normal(jax.random.PRNGKey(1), (4, 32, 3)),
-        "y": jnp.asarray([0, 3, 1, 2]),
-        "mask": jnp.ones((4,), bool),
-    }
-    return cfg, static, optimizer, (params, state, opt_state), batch
+    return small_training_setup(ssm_size=16)
 
 
 @needs_native

@@ -312,20 +312,16 @@ def _materialise_call(x):
     return call(x)
 
 
-@jax.custom_vjp
-def _materialise(x):
-    return _materialise_call(x)
+def _self_adjoint(call):
+    """`call` (a linear map that is its own adjoint, up to the transpose: the identity, the
+    transpose of the last two axes) as a custom VJP whose backward pass applies it to the
+    cotangent."""
+    f = jax.custom_vjp(call)
+    f.defvjp(lambda x: (call(x), None), lambda _, g: (call(g),))
+    return f
 
 
-def _materialise_fwd(x):
-    return _materialise_call(x), None
-
-
-def _materialise_bwd(_, g):
-    return (_materialise_call(g),)
-
-
-_materialise.defvjp(_materialise_fwd, _materialise_bwd)
+_materialise = _self_adjoint(_materialise_call)
 
 
 def native_materialise(x):
@@ -361,20 +357,7 @@ def _transpose_call(x):
     return call(x)
 
 
-@jax.custom_vjp
-def _transpose(x):
-    return _transpose_call(x)
-
-
-def _transpose_fwd(x):
-    return _transpose_call(x), None
-
-
-def _transpose_bwd(_, g):
-    return (_transpose_call(g),)
-
-
-_transpose.defvjp(_transpose_fwd, _transpose_bwd)
+_transpose = _self_adjoint(_transpose_call)
 
 
 def native_transpose(x):
