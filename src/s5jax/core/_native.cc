@@ -56,14 +56,13 @@ namespace {
 // the next operation reads from memory anyway, streaming stores skip that read.
 constexpr int64_t kStreamBytes = int64_t{16} << 20;  // outputs from 16 MiB are streamed
 
-//
-// The source is a row the caller has just written (a state row, a transposed tile) with stores
-// of 16 bytes or wider, and it is read back here 16 bytes at a time: a load that spans several
-// recent narrower stores cannot take its data from the store buffer and waits for them to
-// reach the cache. `std::memcpy` of a 64-byte row does exactly that on glibc's AVX-512 copy
-// (two 32-byte loads over four 16-byte stores): it made the bfloat16 transpose of a
-// 39200 × 96 matrix 9.5 ms instead of 1.05 ms on a 2-core Intel Xeon (AMX, AVX-512 FP16; 2026-11-29).
-inline void CopyRow(void* dst, const void* src, size_t bytes, bool stream) {
+// `narrow`: the source was just written with 16-byte stores (a transposed tile), so it is read
+// back 16 bytes at a time. A load wider than the stores that wrote its bytes waits for them to
+// reach the cache, and `std::memcpy` of such a 64-byte row did that (glibc's AVX-512 copy): the
+// bfloat16 transpose of a (39,200, 96) array took 9.5 ms instead of 1.05 ms, single-threaded, on
+// a 2-core Intel Xeon (AVX-512 FP16, AMX; 2026-11-29). The scans' state rows are written by
+// compiler-vectorised loops and keep `std::memcpy`: 16-byte copies there made no step faster.
+inline void CopyRow(void* dst, const void* src, size_t bytes, bool stream, bool narrow = false) {
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
   size_t i = 0;
@@ -80,12 +79,15 @@ inline void CopyRow(void* dst, const void* src, size_t bytes, bool stream) {
       return;
     }
   }
-  for (; i + 16 <= bytes; i += 16) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+  if (narrow) {
+    for (; i + 16 <= bytes; i += 16) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    }
   }
 #endif
   (void)stream;
+  (void)narrow;
   std::memcpy(d + i, s + i, bytes - i);
 }
 
@@ -756,7 +758,7 @@ void TransposeTiles(const E* in, E* out, int64_t N, int64_t R, int64_t C) {
         }
         for (int64_t c = 0; c < cols; ++c) {  // whole output lines from the tile
           CopyRow(dst + (c0 + c) * R, buf + c * kTile, static_cast<size_t>(rows) * sizeof(E),
-                  stream);
+                  stream, /*narrow=*/true);
         }
       }
     }
