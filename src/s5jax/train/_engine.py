@@ -257,8 +257,8 @@ class _Run:
         # One batch ahead, as in training: batch i + 1 is read and placed while step i runs.
         # Evaluation steps do not depend on each other, so a CPU backend would run two queued
         # steps at once, and on two cores they slowed each other: the pendulum's val split
-        # (20 steps of ~47 ms) took 1.19-1.24 s with two queued against 0.99-1.03 s with one
-        # at a time (2-core Intel Xeon, 2026-11-29). Accelerators keep two queued.
+        # (20 steps of ~47 ms) took 1.19-1.29 s with two queued, 0.99-1.01 s in this loop
+        # (2-core Intel Xeon, 2026-11-29; CHANGELOG.md). Accelerators keep two queued.
         depth = 1 if jax.default_backend() == "cpu" else 2
         ahead = next(placed, None)
         while ahead is not None:
