@@ -206,6 +206,55 @@ def test_resets_separate_packed_episodes(x64, getkey, bidir):
     np.testing.assert_allclose(np.asarray(packed), expected, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("bidir", [False, True])
+@pytest.mark.parametrize("method", ["sequential", "chunked", "fused", "native"])
+def test_segments_equal_resets_at_each_segment_start(x64, getkey, bidir, method):
+    # `segments=3` (a batch of three sequences) = `resets` at each one's first step, values
+    # and gradients. P = 16 stored states, so "native" runs on the products' layout (which
+    # takes no resets); "fused" with resets falls back to the scan.
+    if method == "native" and not core.native_available():
+        pytest.skip("no native kernel here: " + core.native_build_error())
+    layer = S5SSM(3, 32, bidirectional=bidir, dtype=jnp.float64, scan_method=method, key=getkey())
+    u = jax.random.normal(getkey(), (3 * 8, 3), jnp.float64)
+    starts = jnp.asarray([0, 8, 16])
+    # Each episode's multipliers start with 1 (`core.step_multipliers`); with resets the
+    # backward scan's last step of an episode takes the next episode's first multiplier.
+    dt = jax.random.uniform(getkey(), (3 * 8,), jnp.float64, 0.5, 2.0).at[starts].set(1.0)
+    w = jax.random.normal(getkey(), (3 * 8, 3), jnp.float64)
+    resets = jnp.zeros(3 * 8, bool).at[starts].set(True)
+
+    def loss(layer, u, **kwargs):
+        return jnp.sum(w * layer(u, **kwargs))
+
+    for dt_ in (None, dt):
+        if dt_ is not None and method in ("fused", "native"):
+            continue  # per-step Δ runs the scan: covered by "sequential" and "chunked"
+        got = layer(u, dt=dt_, segments=3)
+        want = layer(u, dt=dt_, resets=resets)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-11, atol=1e-11)
+        parts = jnp.concatenate([layer(u[k : k + 8], dt=None if dt_ is None else dt_[k : k + 8])
+                                 for k in (0, 8, 16)])  # fmt: skip
+        np.testing.assert_allclose(np.asarray(got), np.asarray(parts), rtol=1e-11, atol=1e-11)
+    g_seg = eqx.filter_grad(loss)(layer, u, segments=3)
+    g_res = eqx.filter_grad(loss)(layer, u, resets=resets)
+    for a, b in zip(jax.tree_util.tree_leaves(g_seg), jax.tree_util.tree_leaves(g_res), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-11)
+    gu_seg = jax.grad(lambda u: loss(layer, u, segments=3))(u)
+    gu_res = jax.grad(lambda u: loss(layer, u, resets=resets))(u)
+    np.testing.assert_allclose(np.asarray(gu_seg), np.asarray(gu_res), rtol=1e-10, atol=1e-11)
+
+
+def test_segments_are_checked(getkey):
+    layer = S5SSM(3, 8, key=getkey())
+    u = jnp.ones((10, 3))
+    with pytest.raises(ValueError, match="segments=3 must divide the sequence length L = 10"):
+        layer(u, segments=3)
+    with pytest.raises(ValueError, match="segments must be a positive Python int"):
+        layer(u, segments=0)
+    with pytest.raises(ValueError, match="cannot be combined with resets"):
+        layer(u, segments=2, resets=jnp.zeros(10, bool))
+
+
 def test_float32_agrees_with_the_float64_reference(getkey):
     layer = S5SSM(16, 64, J=4, bidirectional=True, key=getkey())
     u = jax.random.normal(getkey(), (512, 16), jnp.float32)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Complex, Float, PRNGKeyArray
 
 from .. import core
-from ._ssm import S5SSM
+from ._ssm import S5SSM, _check_segments, by_segments
 from ._tags import param_field
 
 __all__ = ["DiscreteSSM"]
@@ -67,6 +67,7 @@ class DiscreteSSM(eqx.Module):
         step_rescale: float | Float[Array, ""] = 1.0,
         dt: Float[Array, " L"] | None = None,
         resets: Bool[Array, " L"] | None = None,
+        segments: int = 1,
     ) -> Float[Array, "L H"]:
         """Apply the SSM to one sequence (use `jax.vmap` for batches).
 
@@ -76,12 +77,16 @@ class DiscreteSSM(eqx.Module):
           (a traced `step_rescale`, as a jitted evaluation step passes, cannot be checked and
           is ignored).
         - `resets`: (L,) booleans marking the first step of each packed episode.
+        - `segments`: u is this many independent sequences laid end to end (`S5SSM.__call__`).
 
         **Returns:** y (L, H).
         """
         _check_no_timescale(step_rescale, dt)
         if u.ndim != 2 or u.shape[1] != self.H:
             raise ValueError(f"u must have shape (L, {self.H}), got {u.shape}")
+        if segments != 1:
+            _check_segments(u, segments, dt, resets)
+            return by_segments(lambda u_s, _: self(u_s), u, None, segments)
         Lambda_bar, B_bar = self.discretized()
         return core.apply_ssm(
             Lambda_bar, B_bar, jax.lax.complex(self.C_re, self.C_im), self.D,

@@ -197,6 +197,7 @@ class SequenceLayer(eqx.Module):
         step_rescale: float | Float[Array, ""] = 1.0,
         dt: Float[Array, " L"] | None = None,
         resets: Bool[Array, " L"] | None = None,
+        segments: int = 1,
     ) -> tuple[Float[Array, "L H"], eqx.nn.State]:
         """Apply the layer to one sequence (call under `jax.vmap(..., axis_name="batch")`).
 
@@ -204,7 +205,7 @@ class SequenceLayer(eqx.Module):
         - `x`: (L, H); `state`: the model state (BatchNorm running statistics).
         - `key`: dropout key (may be None at inference or without dropout).
         - `inference`: switch off dropout; BatchNorm uses its running statistics.
-        - `step_rescale`, `dt`, `resets`: passed to the SSM (see `S5SSM.__call__`).
+        - `step_rescale`, `dt`, `resets`, `segments`: passed to the SSM (see `S5SSM.__call__`).
 
         **Returns:** `(y, state)` with y (L, H).
         """
@@ -213,7 +214,7 @@ class SequenceLayer(eqx.Module):
         skip = x
         if self.prenorm:
             x, state = self.norm(x, state, inference=inference)
-        x = self.ssm(x, step_rescale=step_rescale, dt=dt, resets=resets)
+        x = self.ssm(x, step_rescale=step_rescale, dt=dt, resets=resets, segments=segments)
         x = skip + self.activate(x, key=key, inference=inference)
         if not self.prenorm:
             x, state = self.norm(x, state, inference=inference)

@@ -96,10 +96,11 @@ def _split(key: PRNGKeyArray | None, n: int):
 REMAT = ("none", "layers", "ssm")
 
 
-def _call_layer(layer, x, state, key, inference, step_rescale, dt, resets):
+def _call_layer(layer, x, state, key, inference, step_rescale, dt, resets, segments):
     return layer(
-        x, state, key=key, inference=inference, step_rescale=step_rescale, dt=dt, resets=resets
-    )
+        x, state, key=key, inference=inference, step_rescale=step_rescale, dt=dt, resets=resets,
+        segments=segments,
+    )  # fmt: skip
 
 
 class _CheckpointedSSM(eqx.Module):
@@ -206,13 +207,14 @@ class S5Model(eqx.Module):
         """The parameters' real dtype (the dtype of the head's outputs)."""
         return jax.tree_util.tree_leaves(self.head)[0].dtype
 
-    def stack(self, x, state, *, key, inference, step_rescale, dt=None, resets=None):
-        """The sequence layers on encoded features (L, H): returns `(features, state)`."""
+    def stack(self, x, state, *, key, inference, step_rescale, dt=None, resets=None, segments=1):
+        """The sequence layers on encoded features (L, H): returns `(features, state)`.
+        `segments`: x is that many independent sequences laid end to end (`S5SSM.__call__`)."""
         call = eqx.filter_checkpoint(_call_layer) if self.remat == "layers" else _call_layer
         for layer, k in zip(self.layers, _split(key, len(self.layers)), strict=True):
             if self.remat == "ssm":
                 layer = eqx.tree_at(lambda m: m.ssm, layer, _CheckpointedSSM(layer.ssm))
-            x, state = call(layer, x, state, k, inference, step_rescale, dt, resets)
+            x, state = call(layer, x, state, k, inference, step_rescale, dt, resets, segments)
         return x, state
 
     def __call__(
@@ -261,17 +263,17 @@ class S5Model(eqx.Module):
         return self.head(h), state
 
     def _retrieval(self, x, state, key, inference, lengths, step_rescale):
-        # Both documents go through the shared stack as one (2L, H) sequence with a reset at
-        # each document's start: no state crosses between them and BatchNorm sees the 2·B·L
-        # positions the authors' concatenated batch gives. (Tied dropout then shares one mask
-        # across the pair; the paper's Retrieval run has no dropout.)
+        # Both documents go through the shared stack as one (2L, H) sequence of two segments:
+        # no state crosses between them (the SSM runs them as a batch of two, the same as a
+        # reset at each document's start, but on every scan method) and BatchNorm sees the
+        # 2·B·L positions the authors' concatenated batch gives. (Tied dropout then shares
+        # one mask across the pair; the paper's Retrieval run has no dropout.)
         if x.ndim != 2 or x.shape[0] != 2 or lengths is None:
             raise ValueError("the retrieval model needs x of shape (2, L) and lengths (2,)")
         L = x.shape[1]
         h = jax.vmap(self.encoder)(x).reshape(2 * L, -1)
-        resets = jnp.zeros((2 * L,), bool).at[jnp.asarray([0, L])].set(True)
         h, state = self.stack(
-            h, state, key=key, inference=inference, step_rescale=step_rescale, resets=resets
+            h, state, key=key, inference=inference, step_rescale=step_rescale, segments=2
         )
         h = self._to_float32(h.reshape(2, L, -1))
         o0 = pool(h[0], "masked_mean", lengths[0])

@@ -164,6 +164,7 @@ class S5SSM(eqx.Module):
         resets: Bool[Array, " L"] | None = None,
         initial_state: Complex[Array, " P"] | None = None,
         return_state: bool = False,
+        segments: int = 1,
     ):
         """Apply the SSM to one sequence (use `jax.vmap` for batches).
 
@@ -175,6 +176,12 @@ class S5SSM(eqx.Module):
         - `resets`: (L,) booleans marking the first step of each packed episode.
         - `initial_state`: state before u_0 (unidirectional only), e.g. from `step`.
         - `return_state`: also return the final state.
+        - `segments`: u is this many independent sequences of L / segments steps laid end to
+          end (a Python int), run as a batch: the scan methods that take no resets
+          (`"native"` on the products' layout, `"fused"`) stay available. The same result as
+          `resets` true at each segment's first step (with `dt`, where each segment's `dt`
+          starts with 1, as `core.step_multipliers` gives). Not with `resets`,
+          `initial_state` or `return_state`.
 
         **Returns:** y (L, H); with `return_state`, `(y, final_state)`.
         """
@@ -183,6 +190,11 @@ class S5SSM(eqx.Module):
                 f"u must have shape (L, H) = (L, {self.H}), got {u.shape}; use jax.vmap for batches"
             )
         _check_inputs(u, "u", step_rescale)
+        if segments != 1:
+            _check_segments(u, segments, dt, resets, initial_state, return_state)
+            return by_segments(
+                lambda u_s, dt_s: self(u_s, step_rescale=step_rescale, dt=dt_s), u, dt, segments
+            )
         if self.precision == "bf16":
             return _apply_continuous(
                 self.Lambda(), self.B_tilde(), self.C_tilde(), self.D, self.Delta(step_rescale),
@@ -241,6 +253,32 @@ class S5SSM(eqx.Module):
             discretization=self.discretization, conj_sym=self.conj_sym, dt=dt,
             matmul_dtype=jnp.bfloat16 if bf16 else None,
         )  # fmt: skip
+
+
+def _check_segments(u, segments, dt, resets=None, initial_state=None, return_state=False):
+    if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
+        raise ValueError(f"segments must be a positive Python int, got {segments!r}")
+    if u.shape[0] % segments:
+        raise ValueError(f"segments={segments} must divide the sequence length L = {u.shape[0]}")
+    if dt is not None and jnp.shape(dt) != (u.shape[0],):
+        raise ValueError(f"dt must have shape (L,) = ({u.shape[0]},), got {jnp.shape(dt)}")
+    if resets is not None or initial_state is not None or return_state:
+        raise ValueError(
+            "segments > 1 cannot be combined with resets, initial_state or return_state "
+            "(pass resets alone to mark episodes of different lengths)"
+        )
+
+
+def by_segments(apply, u, dt, segments: int):
+    """`apply(u, dt)` on each of `segments` equal parts of u (L, ...) and dt (L,) or `None`, as
+    one batch (`jax.vmap`), the outputs laid end to end again: (L, ...)."""
+    L = u.shape[0]
+    parts = u.reshape(segments, L // segments, *u.shape[1:])
+    if dt is None:
+        ys = jax.vmap(lambda p: apply(p, None))(parts)
+    else:
+        ys = jax.vmap(apply)(parts, jnp.asarray(dt).reshape(segments, L // segments))
+    return ys.reshape(L, *ys.shape[2:])
 
 
 def _check_positive(value, name):
