@@ -237,7 +237,9 @@ def test_segments_equal_resets_at_each_segment_start(x64, getkey, bidir, method)
         np.testing.assert_allclose(np.asarray(got), np.asarray(parts), rtol=1e-11, atol=1e-11)
     g_seg = eqx.filter_grad(loss)(layer, u, segments=3)
     g_res = eqx.filter_grad(loss)(layer, u, resets=resets)
-    for a, b in zip(jax.tree_util.tree_leaves(g_seg), jax.tree_util.tree_leaves(g_res), strict=True):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(g_seg), jax.tree_util.tree_leaves(g_res), strict=True
+    ):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-11)
     gu_seg = jax.grad(lambda u: loss(layer, u, segments=3))(u)
     gu_res = jax.grad(lambda u: loss(layer, u, resets=resets))(u)
