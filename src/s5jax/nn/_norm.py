@@ -49,7 +49,12 @@ def _shift_scale_fwd(x, m, s, b):
 def _shift_scale_bwd(residuals, g):
     x, m, s = residuals
     sum_g = jnp.sum(g, axis=0)
-    return g * _row(s, x), -s * sum_g, jnp.sum(g * (x - _row(m, x)), axis=0), sum_g
+    # Σ_t g·(x − m) as a contraction over time with the features as a batch dimension: under
+    # the model's vmap with a batch of one, XLA's CPU backend ran the product-and-sum form over
+    # the middle axis of (1, L, H) 10-14× slower (f32 (1, 4,096, 128): 4.1 ms against 0.36 ms;
+    # (50, 784, 96): 3.07 against 3.12 ms; 2-core Intel Xeon, 2026-11-29, a `/tmp` script).
+    sum_gx = jax.lax.dot_general(g, x - _row(m, x), (((0,), (0,)), ((1,), (1,))))
+    return g * _row(s, x), -s * sum_g, sum_gx, sum_g
 
 
 _shift_scale.defvjp(_shift_scale_fwd, _shift_scale_bwd)
