@@ -308,6 +308,13 @@ def test_discrete_parameterisation_equals_continuous_at_init(discretization, get
     # A jitted evaluation step passes step_rescale traced: accepted (and meaningless).
     jitted = eqx.filter_jit(lambda m, v, r: m(v, step_rescale=r))(discrete, u, jnp.asarray(1.0))
     np.testing.assert_allclose(np.asarray(jitted), np.asarray(discrete(u)), rtol=1e-5, atol=1e-6)
+    # Three segments = resets at each one's start (and = the parts run one by one).
+    resets = jnp.zeros(30, bool).at[jnp.asarray([0, 10, 20])].set(True)
+    parts = jnp.concatenate([discrete(u[k : k + 10]) for k in (0, 10, 20)])
+    for got in (discrete(u, segments=3), discrete(u, resets=resets)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(parts), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="cannot be combined with resets"):
+        discrete(u, segments=3, resets=resets)
 
 
 # --- whole models ----------------------------------------------------------------------------
