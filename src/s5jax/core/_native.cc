@@ -368,7 +368,7 @@ Lanes SplitLanes(int64_t N, int64_t P, int64_t elements) {
   // Whole sequences where there are at least as many as threads; else a sequence's lanes split
   // into one block a thread. (Up to four blocks a thread, for ParallelOver's balancing, made
   // each unit's run over L narrower and slower: Speech at batch 1, whole float32 training step
-  // on a 2-core Intel Xeon, 135.4-140.5 ms against 125.2-126.1 ms; Pathfinder at batch 4,
+  // on a 2-core Intel Xeon, 135.6-140.5 ms against 125.2-126.1 ms; Pathfinder at batch 4,
   // 186.8-190.0 against 173.4-177.3 ms, alternating processes, 2026-11-29.)
   if (T > 1 && N < T) {
     lanes.blocks = std::min<int64_t>((T + N - 1) / N, std::max<int64_t>(1, P / 16));

@@ -35,7 +35,7 @@ def _row(v: Float[Array, " H"], like: Float[Array, "L H"]) -> Float[Array, "L H"
 # Σ g and Σ g·(x − m) and one pass for dx. The collectives (`pmean`) stay outside the custom
 # VJPs, whose backward passes JAX runs outside the `vmap` that names the batch axis; JAX's
 # own rules carry the cotangents of m, s and the variance through them. Same values and
-# gradients (tests/test_layer.py checks them against the plain formula in float64).
+# gradients (tests/test_models.py checks them against the plain formula in float64).
 @jax.custom_vjp
 def _shift_scale(x, m, s, b):
     """(x − m) · s + b over one sequence x (L, H), per feature."""
