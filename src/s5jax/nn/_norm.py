@@ -36,10 +36,15 @@ def _row(v: Float[Array, " H"], like: Float[Array, "L H"]) -> Float[Array, "L H"
 # VJPs, whose backward passes JAX runs outside the `vmap` that names the batch axis; JAX's
 # own rules carry the cotangents of m, s and the variance through them. Same values and
 # gradients (tests/test_models.py checks them against the plain formula in float64).
-@jax.custom_vjp
-def _shift_scale(x, m, s, b):
+def _plain_shift_scale(x, m, s, b):
     """(x − m) · s + b over one sequence x (L, H), per feature."""
     return (x - _row(m, x)) * _row(s, x) + _row(b, x)
+
+
+@jax.custom_vjp
+def _shift_scale(x, m, s, b):
+    """`_plain_shift_scale` with the closed-form backward pass."""
+    return _plain_shift_scale(x, m, s, b)
 
 
 def _shift_scale_fwd(x, m, s, b):
@@ -69,7 +74,7 @@ def _centred_square_mean(x, m):
     """mean over time of (x − m)² for one sequence x (L, H), where m is the mean of x over the
     whole batch: the cotangent of m, −2 g Σ_t (x_t − m) / L per example, sums to zero over the
     batch, so the backward pass returns zero for it (a pass over x saved)."""
-    return jnp.mean(jnp.square(x - _row(m, x)), axis=0)
+    return _plain_square_mean(x, m)
 
 
 def _centred_square_mean_fwd(x, m):
@@ -167,10 +172,7 @@ class BatchNorm(eqx.Module):
             new = (m * running_mean + (1 - m) * mean, m * running_var + (1 - m) * var)
             state = state.set(self.state_index, new)
         inv = jax.lax.rsqrt(var + jnp.asarray(self.eps, x.dtype)) * self.weight
-        if closed_form:
-            y = _shift_scale(x, mean, inv, self.bias)
-        else:
-            y = (x - _row(mean, x)) * _row(inv, x) + _row(self.bias, x)
+        y = (_shift_scale if closed_form else _plain_shift_scale)(x, mean, inv, self.bias)
         return _output(y, self.precision), state
 
 
