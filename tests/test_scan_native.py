@@ -238,6 +238,33 @@ def test_planar_states_equal_the_definition_and_their_gradients_float64(L, P, bi
 
 
 @needs_native
+@pytest.mark.parametrize(
+    "threads, B, L, P",
+    [("1", 1, 32, 5), ("1", 1, 65, 2), ("1", 2, 97, 3), ("2", 1, 2065, 40)],
+)
+def test_bidirectional_planar_gradients_over_several_chunks_float64(monkeypatch, threads, B, L, P):
+    # The bidirectional adjoint runs the sequence in chunks of 32 steps (`kAdjointChunk` in
+    # _native.cc), from the last, with the reverse-time direction restarted at each chunk from
+    # a kept state: one whole chunk, a chunk and one step, several chunks with a partial last
+    # one, and (2 threads, one sequence, P 40) lanes split into blocks of 16 and 24.
+    monkeypatch.setenv("S5JAX_NATIVE_THREADS", threads)
+    rng = np.random.default_rng(16)
+    a = rng.uniform(0.5, 0.99, P) * np.exp(1j * rng.uniform(-3, 3, P))
+    b = rng.normal(size=(B, L, 2 * P))
+    w = rng.normal(size=(B, L, 4 * P))
+    with jax.enable_x64(True):
+        a, b, w = jnp.asarray(a), jnp.asarray(b), jnp.asarray(w)
+
+        def loss(f):  # nonlinear in x, so that the cotangents differ from step to step
+            return lambda a, b: jnp.sum(w * jnp.sin(jax.vmap(lambda bb: f(a, bb, True))(b)))
+
+        got = jax.jit(jax.grad(loss(_native.native_planar_states), argnums=(0, 1)))(a, b)
+        want = jax.jit(jax.grad(loss(_planar_by_linear_recurrence), argnums=(0, 1)))(a, b)
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-10, atol=1e-10)
+
+
+@needs_native
 @pytest.mark.parametrize("threads", ["1", "2", "3"])
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_planar_states_split_over_threads_lane_blocks_and_streaming_stores(

@@ -440,15 +440,114 @@ void PlanarForward(const R* a, const R* b, R* x, int64_t N, int64_t L, int64_t P
   }, kPlanarPerThread);
 }
 
+// Prefetch the bytes [begin, begin + bytes) a cache line at a time (a hint; no effect on values).
+inline void Prefetch(const void* begin, size_t bytes) {
+  const char* p = static_cast<const char*>(begin);
+  for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i);
+}
+
+// The two directions' adjoints run opposite ways in time (x→'s from the last step, x←'s from
+// the first) and both add into every b̄ row. Run one after the other, as the one-direction loop
+// below does, the first writes b̄ and the second reads it back and adds, and each reads half of
+// every g and x row (its direction's quarters) with a stride of a whole row: the hardware
+// prefetchers see two rows a 4 KiB page and fall behind. Here λ← is first run over the whole
+// sequence once, keeping only its value before each chunk of kAdjointChunk steps; then the
+// chunks are taken from the last: λ← is recomputed over the chunk from its kept value (forward
+// in time, its rows kept in a small buffer), λ→ runs back over it, and each b̄ row is written
+// once (λ→ + λ←, streamed when large), while the next chunk's rows of g and x are prefetched.
+// Both passes over a chunk read its g and x rows from the caches. On the layer benchmark's
+// shape (8 × 4096 steps, P 128, float32) the kernel alone took 19-25 against 29-34 ms on
+// 2 threads (2-core AMD EPYC with AVX2, 2026-12-01, a standalone C++ harness).
+constexpr int64_t kAdjointChunk = 32;
+
+template <typename R>
+void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, R* b_bar, R* a_bar, int64_t N,
+                                int64_t L, int64_t P) {
+  const int64_t W = 4 * P, C = kAdjointChunk, chunks = (L + C - 1) / C;
+  const bool stream = N * L * 2 * P * static_cast<int64_t>(sizeof(R)) >= kStreamBytes;
+  const Lanes lanes = SplitLanes(N, P, N * L * P * 2);
+  ParallelOver(N * lanes.blocks, N * L * P * 2, [=](int64_t u0, int64_t u1) {
+    std::vector<R> fwd(static_cast<size_t>(2 * P)), bwd(static_cast<size_t>(2 * P));
+    std::vector<R> part(static_cast<size_t>(4 * P)), rows(static_cast<size_t>(2 * P * C));
+    std::vector<R> kept(static_cast<size_t>(2 * P * chunks));
+    std::vector<double> total(static_cast<size_t>(2 * P));
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t n = u / lanes.blocks, j = u % lanes.blocks;
+      const int64_t p0 = lanes.Begin(P, j), Pj = lanes.Begin(P, j + 1) - p0;
+      const size_t row = static_cast<size_t>(Pj) * sizeof(R);
+      const R* ar = a + n * 2 * P + p0;
+      const R* ai = ar + P;
+      const R* gn = g + n * L * W + p0;  // + k·W + q·P: quarter q (Re→, Re←, Im→, Im←) of row k
+      const R* xn = x + n * L * W + p0;
+      R* bn = b_bar + n * L * 2 * P + p0;
+      R *fr = fwd.data(), *fi = fr + Pj, *br = bwd.data(), *bi = br + Pj;
+      R *pfr = part.data(), *pfi = pfr + Pj, *pbr = pfi + Pj, *pbi = pbr + Pj;
+      // λ←_k = g←_k + conj(a) λ←_{k−1}, from the first step; its value before each chunk kept.
+      std::fill(bwd.begin(), bwd.end(), R(0));
+      for (int64_t k = 0; k < L; ++k) {
+        if (k % C == 0) std::copy(br, br + 2 * Pj, kept.begin() + (k / C) * 2 * Pj);
+        PlanarStep(br, bi, ar, ai, gn + k * W + P, gn + k * W + 3 * P, Pj, R(-1));
+      }
+      std::fill(fwd.begin(), fwd.end(), R(0));
+      std::fill(part.begin(), part.end(), R(0));
+      std::fill(total.begin(), total.end(), 0.0);
+      for (int64_t c = chunks - 1; c >= 0; --c) {
+        const int64_t k0 = c * C, k1 = std::min(L, k0 + C);
+        std::copy(kept.begin() + c * 2 * Pj, kept.begin() + (c + 1) * 2 * Pj, br);
+        for (int64_t k = k0; k < k1; ++k) {  // λ← over the chunk, forward in time
+          if (c > 0) {  // the same row of the next chunk to run (the one before this)
+            for (int64_t q = 0; q < 4; ++q) {
+              Prefetch(gn + (k - C) * W + q * P, row);
+              Prefetch(xn + (k - C) * W + q * P, row);
+            }
+          }
+          PlanarStep(br, bi, ar, ai, gn + k * W + P, gn + k * W + 3 * P, Pj, R(-1));
+          R* kept_row = rows.data() + (k - k0) * 2 * Pj;
+          std::copy(br, br + 2 * Pj, kept_row);
+          if (k + 1 < L) {  // ā← += conj(x←_{k+1}) λ←_k
+            PlanarAccumulate(pbr, pbi, xn + (k + 1) * W + P, xn + (k + 1) * W + 3 * P, br, bi, Pj);
+          }
+        }
+        for (int64_t k = k1 - 1; k >= k0; --k) {  // λ→ back over the chunk; b̄ rows written
+          PlanarStep(fr, fi, ar, ai, gn + k * W, gn + k * W + 2 * P, Pj, R(-1));
+          R* sum = rows.data() + (k - k0) * 2 * Pj;  // λ← + λ→, then out
+          PlanarAdd(sum, sum + Pj, fr, fi, Pj);
+          CopyRow(bn + k * 2 * P, sum, row, stream);
+          CopyRow(bn + k * 2 * P + P, sum + Pj, row, stream);
+          if (k > 0) {  // ā→ += conj(x→_{k−1}) λ→_k
+            PlanarAccumulate(pfr, pfi, xn + (k - 1) * W, xn + (k - 1) * W + 2 * P, fr, fi, Pj);
+          }
+        }
+        for (int64_t q = 0; q < 2 * Pj; ++q) {  // each chunk's sums into double
+          total[static_cast<size_t>(q)] += static_cast<double>(part[static_cast<size_t>(q)]) +
+                                           static_cast<double>(part[static_cast<size_t>(2 * Pj + q)]);
+        }
+        std::fill(part.begin(), part.end(), R(0));
+      }
+      R* abn = a_bar + n * 2 * P + p0;
+      for (int64_t p = 0; p < Pj; ++p) {
+        abn[p] = static_cast<R>(total[static_cast<size_t>(p)]);
+        abn[P + p] = static_cast<R>(total[static_cast<size_t>(Pj + p)]);
+      }
+    }
+    StreamFence(stream);
+  }, kPlanarPerThread);
+}
+
+// One direction (D = 1): λ from the last step back, b̄ rows streamed when large. D = 2 goes to
+// PlanarAdjointBidirectional.
 template <typename R>
 void PlanarAdjoint(const R* a, const R* g, const R* x, R* b_bar, R* a_bar, int64_t N, int64_t L,
                    int64_t P, int64_t D) {
-  const int64_t W = 2 * D * P;
-  // With two directions the second adds into b̄ rows the first wrote, so only D = 1 streams.
-  const bool stream = D == 1 && N * L * 2 * P * static_cast<int64_t>(sizeof(R)) >= kStreamBytes;
+  if (D == 2) {
+    PlanarAdjointBidirectional(a, g, x, b_bar, a_bar, N, L, P);
+    return;
+  }
+  const int64_t W = 2 * P;
+  const bool stream = N * L * 2 * P * static_cast<int64_t>(sizeof(R)) >= kStreamBytes;
   constexpr int64_t kFlush = 256;  // steps summed in R before adding into the double sum
-  const Lanes lanes = SplitLanes(N, P, N * L * P * D);
-  ParallelOver(N * lanes.blocks, N * L * P * D, [=](int64_t u0, int64_t u1) {
+  const Lanes lanes = SplitLanes(N, P, N * L * P);
+  ParallelOver(N * lanes.blocks, N * L * P, [=](int64_t u0, int64_t u1) {
     std::vector<R> s(static_cast<size_t>(2 * P)), part(static_cast<size_t>(2 * P));
     std::vector<double> total(static_cast<size_t>(2 * P));
     for (int64_t u = u0; u < u1; ++u) {
@@ -462,37 +561,28 @@ void PlanarAdjoint(const R* a, const R* g, const R* x, R* b_bar, R* a_bar, int64
       const R* ar = a + n * 2 * P + p0;
       const R* ai = ar + P;
       std::fill(total.begin(), total.end(), 0.0);
-      for (int64_t d = 0; d < D; ++d) {
-        std::fill(s.begin(), s.end(), R(0));
-        std::fill(part.begin(), part.end(), R(0));
-        for (int64_t i = 0; i < L; ++i) {  // opposite to the direction's own recurrence
-          const int64_t k = d == 0 ? L - 1 - i : i;
-          const int64_t prev = d == 0 ? k - 1 : k + 1;  // the step the recurrence took before k
-          const R* gr = g + (n * L + k) * W + d * P + p0;
-          const R* gi = g + (n * L + k) * W + (D + d) * P + p0;
-          PlanarStep(lr, li, ar, ai, gr, gi, Pj, R(-1));  // λ ← g + conj(a) λ
-          R* out = b_bar + (n * L + k) * 2 * P + p0;
-          if (d == 0) {
-            CopyRow(out, lr, row, stream);
-            CopyRow(out + P, li, row, stream);
-          } else {
-            PlanarAdd(out, out + P, lr, li, Pj);
-          }
-          if (prev >= 0 && prev < L) {
-            const R* xr = x + (n * L + prev) * W + d * P + p0;
-            const R* xi = x + (n * L + prev) * W + (D + d) * P + p0;
-            PlanarAccumulate(pr, pi, xr, xi, lr, li, Pj);
-          }
-          if ((i + 1) % kFlush == 0) {
-            for (int64_t q = 0; q < 2 * Pj; ++q) {
-              total[static_cast<size_t>(q)] += static_cast<double>(part[static_cast<size_t>(q)]);
-              part[static_cast<size_t>(q)] = R(0);
-            }
+      std::fill(s.begin(), s.end(), R(0));
+      std::fill(part.begin(), part.end(), R(0));
+      for (int64_t i = 0; i < L; ++i) {  // opposite to the recurrence
+        const int64_t k = L - 1 - i;
+        const R* gr = g + (n * L + k) * W + p0;
+        PlanarStep(lr, li, ar, ai, gr, gr + P, Pj, R(-1));  // λ ← g + conj(a) λ
+        R* out = b_bar + (n * L + k) * 2 * P + p0;
+        CopyRow(out, lr, row, stream);
+        CopyRow(out + P, li, row, stream);
+        if (k > 0) {
+          const R* xr = x + (n * L + k - 1) * W + p0;
+          PlanarAccumulate(pr, pi, xr, xr + P, lr, li, Pj);
+        }
+        if ((i + 1) % kFlush == 0) {
+          for (int64_t q = 0; q < 2 * Pj; ++q) {
+            total[static_cast<size_t>(q)] += static_cast<double>(part[static_cast<size_t>(q)]);
+            part[static_cast<size_t>(q)] = R(0);
           }
         }
-        for (int64_t q = 0; q < 2 * Pj; ++q) {
-          total[static_cast<size_t>(q)] += static_cast<double>(part[static_cast<size_t>(q)]);
-        }
+      }
+      for (int64_t q = 0; q < 2 * Pj; ++q) {
+        total[static_cast<size_t>(q)] += static_cast<double>(part[static_cast<size_t>(q)]);
       }
       R* abn = a_bar + n * 2 * P + p0;
       for (int64_t p = 0; p < Pj; ++p) {
