@@ -440,6 +440,16 @@ void PlanarForward(const R* a, const R* b, R* x, int64_t N, int64_t L, int64_t P
   }, kPlanarPerThread);
 }
 
+// ā of one block of lanes: the double sums (Re over Pj lanes, then Im) into the (Re | Im)
+// halves of a row of 2P.
+template <typename R>
+inline void StoreABar(R* abn, const std::vector<double>& total, int64_t Pj, int64_t P) {
+  for (int64_t p = 0; p < Pj; ++p) {
+    abn[p] = static_cast<R>(total[static_cast<size_t>(p)]);
+    abn[P + p] = static_cast<R>(total[static_cast<size_t>(Pj + p)]);
+  }
+}
+
 // Prefetch the bytes [begin, begin + bytes) a cache line at a time (a hint; no effect on values).
 inline void Prefetch(const void* begin, size_t bytes) {
   const char* p = static_cast<const char*>(begin);
@@ -455,9 +465,10 @@ inline void Prefetch(const void* begin, size_t bytes) {
 // chunks are taken from the last: λ← is recomputed over the chunk from its kept value (forward
 // in time, its rows kept in a small buffer), λ→ runs back over it, and each b̄ row is written
 // once (λ→ + λ←, streamed when large), while the next chunk's rows of g and x are prefetched.
-// Both passes over a chunk read its g and x rows from the caches. On the layer benchmark's
-// shape (8 × 4096 steps, P 128, float32) the kernel alone took 19-25 against 29-34 ms on
-// 2 threads (2-core AMD EPYC with AVX2, 2026-12-01, a standalone C++ harness).
+// Both passes over a chunk read its g and x rows from the caches. In the layer benchmark's
+// float32 step (8 × 4096 steps, P 128) the call took 27.1-28.1 ms against 30.8-33.6 ms for the
+// two passes one after the other (2-core AMD EPYC with AVX2 only, 2026-12-01, jax.profiler,
+// old and new code in alternating processes; docs/results.md).
 constexpr int64_t kAdjointChunk = 32;
 
 template <typename R>
@@ -524,11 +535,7 @@ void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, R* b_bar, R*
         }
         std::fill(part.begin(), part.end(), R(0));
       }
-      R* abn = a_bar + n * 2 * P + p0;
-      for (int64_t p = 0; p < Pj; ++p) {
-        abn[p] = static_cast<R>(total[static_cast<size_t>(p)]);
-        abn[P + p] = static_cast<R>(total[static_cast<size_t>(Pj + p)]);
-      }
+      StoreABar(a_bar + n * 2 * P + p0, total, Pj, P);
     }
     StreamFence(stream);
   }, kPlanarPerThread);
@@ -584,11 +591,7 @@ void PlanarAdjoint(const R* a, const R* g, const R* x, R* b_bar, R* a_bar, int64
       for (int64_t q = 0; q < 2 * Pj; ++q) {
         total[static_cast<size_t>(q)] += static_cast<double>(part[static_cast<size_t>(q)]);
       }
-      R* abn = a_bar + n * 2 * P + p0;
-      for (int64_t p = 0; p < Pj; ++p) {
-        abn[p] = static_cast<R>(total[static_cast<size_t>(p)]);
-        abn[P + p] = static_cast<R>(total[static_cast<size_t>(Pj + p)]);
-      }
+      StoreABar(a_bar + n * 2 * P + p0, total, Pj, P);
     }
     StreamFence(stream);
   }, kPlanarPerThread);
