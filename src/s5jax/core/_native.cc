@@ -457,8 +457,8 @@ inline void Prefetch(const void* begin, size_t bytes) {
 }
 
 // The two directions' adjoints run opposite ways in time (x→'s from the last step, x←'s from
-// the first) and both add into every b̄ row. Run one after the other, as the one-direction loop
-// below does, the first writes b̄ and the second reads it back and adds, and each reads half of
+// the first) and both add into every b̄ row. Run one after the other (this kernel before
+// 2026-12-01), the first writes b̄ and the second reads it back and adds, and each reads half of
 // every g and x row (its direction's quarters) with a stride of a whole row: the hardware
 // prefetchers see two rows a 4 KiB page and fall behind. Here λ← is first run over the whole
 // sequence once, keeping only its value before each chunk of kAdjointChunk steps; then the
@@ -513,8 +513,7 @@ void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, R* b_bar, R*
             }
           }
           PlanarStep(br, bi, ar, ai, gn + k * W + P, gn + k * W + 3 * P, Pj, R(-1));
-          R* kept_row = rows.data() + (k - k0) * 2 * Pj;
-          std::copy(br, br + 2 * Pj, kept_row);
+          std::copy(br, br + 2 * Pj, rows.begin() + (k - k0) * 2 * Pj);
           if (k + 1 < L) {  // ā← += conj(x←_{k+1}) λ←_k
             PlanarAccumulate(pbr, pbi, xn + (k + 1) * W + P, xn + (k + 1) * W + 3 * P, br, bi, Pj);
           }
