@@ -34,16 +34,18 @@ each B·L·H·2P multiply-adds: forward B̄u = u W_B (BL×H · H×2P) and C̃x o
 BL×2P) and ∂u (BL×2P · 2P×H). The floor is 3× each of the three product shapes' medians, the
 weight gradient's in the faster of two layouts (its left operand as the rows of `u` are stored,
 or stored transposed: XLA's CPU backend runs the first through float32 copies of bfloat16
-operands; `ROW_MAJOR`; since 2026-11-27). Reported: stack / floor for the fused stack and the
-chunked one (`--efficiency-methods`; both make the same nine products, so the floor is theirs
-alike; 1.0 would be a stack made of nothing but those products; the recurrences, GELU and the
-rest are the excess). Also reported, `efficiency_best`: the stack's fastest call over the
-floor made of each product's fastest call. On a host whose matrix-product throughput drifts
-from round to round (a 2-core AMD EPYC with AVX2, 2026-12-01: the floor's products summed to
-1,108–1,548 ms between rounds, and the median ratio read 1.45, 1.32, 1.22 and 1.14 in four
-runs), the medians' ratio moves with the floor's slow rounds; each side at its fastest is the
-steadier estimate of what the stack costs against its products (1.50, 1.38, 1.41 and 1.43
-there, the first and third with the code before that day's adjoint change).
+operands; `ROW_MAJOR`; since 2026-11-27), or, where the stack's float32 backward pass computes
+it with the native library (`NATIVE`, since 2026-12-01), the fastest of the three. Reported:
+stack / floor for the fused stack and the chunked one (`--efficiency-methods`; both make the
+same nine products, so the floor is theirs alike; 1.0 would be a stack made of nothing but
+those products; the recurrences, GELU and the rest are the excess). Also reported,
+`efficiency_best`: the stack's fastest call over the floor made of each product's fastest call.
+On a host whose matrix-product throughput drifts from round to round (a 2-core AMD EPYC with
+AVX2, 2026-12-01: the floor's products summed to 1,108–1,548 ms between rounds, and the median
+ratio read 1.45, 1.32, 1.22 and 1.14 in four runs), the medians' ratio moves with the floor's
+slow rounds; each side at its fastest is the steadier estimate of what the stack costs against
+its products (1.50, 1.38, 1.41 and 1.43 there, the first and third with the code before that
+day's adjoint change).
 With `--precision bf16` the stacks use `S5SSM(precision="bf16")` (bfloat16 product operands,
 float32 accumulation) and their floor is the same products on bfloat16 operands; both
 precisions are timed when `bf16` is requested, each against its own floor and against the
@@ -80,7 +82,7 @@ from _common import (
 )
 
 from s5jax import core, nn
-from s5jax.core import _ssm
+from s5jax.core import _native, _products, _ssm
 
 # --- the baseline: the App. A listing, made bidirectional ------------------------------------
 
@@ -171,12 +173,16 @@ def gemm_floor_fns(batch, L, H, P_stored, dtype):
     out_of_state = jax.jit(lambda x, w: dot(x, w, ((1,), (0,))))  # (BL,2P)·(2P,H)
     weight_grad = jax.jit(lambda a, x: dot(a, x, ((0,), (0,))))  # (H,BL)·(BL,2P)
     a_t = jnp.transpose(a)  # (H, BL): computed here, so stored row-major
-    return {
+    fns = {
         "(BL,H)x(H,2P)": functools.partial(into_state, a, w_in),
         "(BL,2P)x(2P,H)": functools.partial(out_of_state, x, w_out),
         "(H,BL)x(BL,2P)": functools.partial(weight_grad, a, x),
         f"(H,BL)x(BL,2P){ROW_MAJOR}": functools.partial(into_state, a_t, x),
     }
+    if _products._native_float32_weight_gradient(a, w_in, x, jnp.float32):
+        native = jax.jit(_native.native_weight_gradient)  # what the stack's backward pass runs
+        fns[f"(H,BL)x(BL,2P){NATIVE}"] = functools.partial(native, a, x)
+    return fns
 
 
 ROW_MAJOR = " row-major"
@@ -186,13 +192,21 @@ when the contracted axis is the left operand's outer one (`benchmarks/README.md`
 `matmul_precision.py`), so each precision's floor takes the faster of the two layouts."""
 
 
+NATIVE = " native"
+"""Suffix of the weight gradient's third floor entry, where the stack's float32 backward pass
+runs it (`s5jax.core._products.NATIVE_FLOAT32_WEIGHT_GRADIENT`: one CPU device, an AVX2 build,
+no AVX-512): `s5jax.core._native.native_weight_gradient`, the same product by the native
+library. The floor is the fastest way this package has to compute each product."""
+
+
 def gemm_floor(times: dict, prefix: str, stat: str = "median_s") -> float:
     """One layer's GEMM floor in seconds from `gemm_floor_fns`' timings (keys `prefix` + name):
     3× each product shape's `stat` (its median, or with "min_s" its fastest call), the weight
-    gradient's in its faster layout."""
+    gradient's in its fastest form (layout, or the native kernel where the stack uses it)."""
     med = {k[len(prefix) :]: v[stat] for k, v in times.items() if k.startswith(prefix)}
     wg = "(H,BL)x(BL,2P)"
-    return 3 * (med["(BL,H)x(H,2P)"] + med["(BL,2P)x(2P,H)"] + min(med[wg], med[wg + ROW_MAJOR]))
+    weight_grad = min(v for k, v in med.items() if k.startswith(wg))
+    return 3 * (med["(BL,H)x(H,2P)"] + med["(BL,2P)x(2P,H)"] + weight_grad)
 
 
 def pass_floor_fns(batch, L, P_stored):

@@ -460,3 +460,45 @@ def test_mixed_precision_weight_gradient_over_the_whole_batch_through_native_tra
     assert got[True][0].dtype == jnp.float32
     assert np.all(np.abs(dw_native - dw_each) <= 1e-5 * scale + 1e-7)
     np.testing.assert_array_equal(np.asarray(got[True][1]), np.asarray(got[False][1]))
+
+
+@pytest.mark.skipif(not _native.native_available(), reason="the native kernel cannot be built")
+@pytest.mark.parametrize("nesting", [0, 1, 2])
+def test_float32_weight_gradient_through_the_native_kernel(monkeypatch, nesting):
+    """With the native library (`NATIVE_FLOAT32_WEIGHT_GRADIENT`, on an AVX2 host without
+    AVX-512: both patched here, so the wiring is checked on every host), a float32 product's
+    weight gradient is one `native_weight_gradient` call, unbatched, under the batch's `vmap`
+    (one call over batch × rows) and under two nested `vmap`s (as the retrieval model's two
+    documents); none with the switch off or on an AVX-512 host. ∂W and ∂x equal XLA's
+    products' to float32 rounding (rtol 1e-5 of Σ|x||g|), odd sizes."""
+    monkeypatch.setattr(_native, "native_weight_gradient_vectorised", lambda: True)
+    avx512 = {"flag": False}
+    monkeypatch.setattr(_native, "host_has_avx512", lambda: avx512["flag"])
+    shape = ((3, 2, 37, 20), (2, 37, 20), (37, 20))[2 - nesting]
+    x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32)
+    w = jax.random.normal(jax.random.PRNGKey(1), (20, 12), jnp.float32) / 5
+    g = jax.random.normal(jax.random.PRNGKey(2), (*shape[:-1], 12), jnp.float32)
+
+    def f(w, x):
+        product = lambda xi: matmul(xi, w)  # noqa: E731
+        for _ in range(nesting):
+            product = jax.vmap(product)
+        return product(x)
+
+    got, calls = {}, {}
+    for name, flag, on_avx512 in (("native", True, False), ("off", False, False),
+                                  ("avx512", True, True)):  # fmt: skip
+        monkeypatch.setattr(_products, "NATIVE_FLOAT32_WEIGHT_GRADIENT", flag)
+        avx512["flag"] = on_avx512
+        step = jax.jit(lambda w, x, g: jax.vjp(f, w, x)[1](g))  # traced afresh: flags read
+        calls[name] = step.lower(w, x, g).as_text().count("@s5jax_weight_gradient(")
+        got[name] = step(w, x, g)
+    assert calls == {"native": 1, "off": 0, "avx512": 0}
+    rows = np.asarray(x, np.float64).reshape(-1, 20), np.asarray(g, np.float64).reshape(-1, 12)
+    scale = np.abs(rows[0]).T @ np.abs(rows[1])
+    for name in ("native", "off"):
+        dw = np.asarray(got[name][0], np.float64)
+        assert got[name][0].dtype == jnp.float32
+        assert np.all(np.abs(dw - rows[0].T @ rows[1]) <= 1e-5 * scale + 1e-7), name
+    np.testing.assert_allclose(np.asarray(got["native"][1]), np.asarray(got["off"][1]),
+                               rtol=1e-5, atol=1e-6)  # fmt: skip

@@ -357,6 +357,53 @@ def test_native_transpose_vmaps_and_differentiates():
 
 
 @needs_native
+def test_native_weight_gradient_equals_the_float64_contraction():
+    # Sizes leave a partial 6-column panel of a and a partial 16-column tile of g; 4,100 rows
+    # are three blocks of 2,048 (three partial sums) and chunks of 128 with a short last one;
+    # the leading axes are a batch; zero and one rows. Float32 accumulation: within 2e-6 of
+    # Σ|a||g| of the float64 contraction. Repeated calls are bitwise equal (the blocks' sums
+    # are added in block order whichever thread ran them).
+    rng = np.random.default_rng(16)
+    shapes = (
+        ((1, 1), (1, 1)), ((7, 5), (7, 17)), ((4100, 13), (4100, 40)), ((300, 130), (300, 250)),
+        ((2, 3, 2100, 6), (2, 3, 2100, 16)), ((0, 4), (0, 5)), ((1, 64), (1, 8)),
+    )  # fmt: skip
+    for sa, sg in shapes:
+        a, g = rng.normal(size=sa), rng.normal(size=sg)
+        f = jax.jit(_native.native_weight_gradient)
+        got = f(jnp.asarray(a, jnp.float32), jnp.asarray(g, jnp.float32))
+        assert got.shape == (*sa[:-2], sa[-1], sg[-1]) and got.dtype == jnp.float32
+        want = np.einsum("...rk,...rn->...kn", a, g)
+        scale = np.einsum("...rk,...rn->...kn", np.abs(a), np.abs(g))
+        assert np.all(np.abs(np.asarray(got, np.float64) - want) <= 2e-6 * scale + 1e-7), sa
+        again = f(jnp.asarray(a, jnp.float32), jnp.asarray(g, jnp.float32))
+        np.testing.assert_array_equal(np.asarray(again), np.asarray(got))
+
+
+@needs_native
+def test_native_weight_gradient_vmaps_differentiates_and_rejects():
+    rng = np.random.default_rng(17)
+    a = jnp.asarray(rng.normal(size=(3, 41, 10)), jnp.float32)
+    g = jnp.asarray(rng.normal(size=(3, 41, 19)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(3, 10, 19)), jnp.float32)
+    got = jax.vmap(_native.native_weight_gradient)(a, g)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(jnp.einsum("brk,brn->bkn", a, g)),
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+
+    def loss(product):
+        return lambda a, g: jnp.sum(w * jax.vmap(product)(a, g) ** 2)
+
+    grads = jax.grad(loss(_native.native_weight_gradient), argnums=(0, 1))(a, g)
+    wants = jax.grad(loss(lambda a, g: a.T @ g), argnums=(0, 1))(a, g)
+    for got, want in zip(grads, wants, strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-3)
+    with pytest.raises(ValueError, match="same leading"):
+        _native.native_weight_gradient(a, g[:, :40])
+    with pytest.raises(ValueError, match="float32 only"):
+        _native.native_weight_gradient(a.astype(jnp.bfloat16), g.astype(jnp.bfloat16))
+
+
+@needs_native
 def test_planar_states_reject_what_they_cannot_run():
     a = jnp.ones(3, jnp.complex64)
     with pytest.raises(ValueError, match=r"real \(L, 2P\)"):

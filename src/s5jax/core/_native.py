@@ -47,6 +47,8 @@ __all__ = [
     "native_planar_states",
     "native_recurrence",
     "native_transpose",
+    "native_weight_gradient",
+    "native_weight_gradient_vectorised",
 ]
 
 _SOURCE = Path(__file__).with_name("_native.cc")
@@ -57,6 +59,7 @@ _TARGET_PLANAR = "s5jax_planar"
 _TARGET_PLANAR_ADJOINT = "s5jax_planar_adjoint"
 _TARGET_MATERIALISE = "s5jax_materialise"
 _TARGET_TRANSPOSE = "s5jax_transpose"
+_TARGET_WEIGHT_GRADIENT = "s5jax_weight_gradient"
 _DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
 
 _log = logging.getLogger(__name__)
@@ -163,8 +166,10 @@ def _load() -> bool:
                 (_TARGET_PLANAR_ADJOINT, lib.S5jaxPlanarAdjoint),
                 (_TARGET_MATERIALISE, lib.S5jaxMaterialise),
                 (_TARGET_TRANSPOSE, lib.S5jaxTranspose),
+                (_TARGET_WEIGHT_GRADIENT, lib.S5jaxWeightGradient),
             ):
                 jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
+            _state["weight_gradient_vector"] = bool(lib.S5jaxWeightGradientVector())
         except (OSError, RuntimeError, AttributeError) as err:
             _state["error"] = f"building or loading the native kernel failed: {err}"
             return False
@@ -376,4 +381,68 @@ def native_transpose(x):
     if not native_available():
         raise RuntimeError(f"native_transpose is unavailable: {native_build_error()}")
     return _transpose(x)
+
+
+def _weight_gradient_call(a, g):
+    call = jax.ffi.ffi_call(
+        _TARGET_WEIGHT_GRADIENT,
+        jax.ShapeDtypeStruct((*a.shape[:-2], a.shape[-1], g.shape[-1]), jnp.float32),
+        vmap_method="broadcast_all",
+    )
+    return call(a, g)
+
+
+@jax.custom_vjp
+def _weight_gradient(a, g):
+    return _weight_gradient_call(a, g)
+
+
+def _weight_gradient_fwd(a, g):
+    return _weight_gradient_call(a, g), (a, g)
+
+
+def _weight_gradient_bwd(res, c):  # c = aᵀ g: ∂a = g cᵀ, ∂g = a c
+    a, g = res
+    return jnp.matmul(g, jnp.swapaxes(c, -1, -2)), jnp.matmul(a, c)
+
+
+_weight_gradient.defvjp(_weight_gradient_fwd, _weight_gradient_bwd)
+
+
+def native_weight_gradient(a, g):
+    """Σ_r a[..., r, :]ᵀ g[..., r, :], float32: the gradient of W in y = x W over all rows.
+
+    `a` (..., R, K) and `g` (..., R, N), float32 with the same leading dims; returns
+    (..., K, N) float32, accumulated in float32 like XLA's product. XLA's CPU backend runs
+    this contraction over the outer axis of both operands far slower than a forward product
+    of the same size; the kernel packs chunks of rows into panels and accumulates 6 × 16 tiles
+    in AVX2 registers (`_native.cc`; figures in `s5jax.core._products`). Works under
+    `jax.jit`, `jax.vmap` and `jax.grad` (its VJP is two plain products). Needs the native
+    kernel (`native_available()`); `native_weight_gradient_vectorised()` says whether this
+    build has the AVX2 tile (otherwise a portable loop: correct, not fast).
+    """
+    if a.ndim < 2 or g.ndim != a.ndim or a.shape[:-1] != g.shape[:-1]:
+        raise ValueError(
+            "native_weight_gradient: a (..., R, K) and g (..., R, N) with the same leading "
+            f"dims, got shapes {a.shape} and {g.shape}"
+        )
+    if a.dtype != jnp.float32 or g.dtype != jnp.float32:
+        raise ValueError(f"native_weight_gradient: float32 only, got {a.dtype} and {g.dtype}")
+    if not native_available():
+        raise RuntimeError(f"native_weight_gradient is unavailable: {native_build_error()}")
+    return _weight_gradient(a, g)
+
+
+@functools.cache
+def host_has_avx512() -> bool:
+    """Whether this host's CPU reports AVX-512 (`avx512f` in /proc/cpuinfo's flags)."""
+    return any(
+        ln.startswith("flags") and "avx512f" in ln.split() for ln in _cpu_identity().splitlines()
+    )
+
+
+def native_weight_gradient_vectorised() -> bool:
+    """Whether the native library is available and its weight-gradient tile was built with
+    AVX2 and FMA (`-march=native` on a host that has them)."""
+    return native_available() and bool(_state.get("weight_gradient_vector"))
 

@@ -126,6 +126,13 @@ batch, Σ_b a_bᵀ g_b = (a as (batch·M, K))ᵀ (g as (batch·M, N)), with the 
 `s5jax.core._native.native_transpose` (see the module docstring), instead of one product per
 example and their pairwise sum. Read when a function is traced."""
 
+NATIVE_FLOAT32_WEIGHT_GRADIENT = True
+"""Whether float32 weight gradients Σ_r a[r]ᵀ g[r] (`_batch_matmul` over the whole batch's rows,
+`_matmul` per example) run through `s5jax.core._native.native_weight_gradient` (packed panels,
+6 × 16 AVX2 tiles) instead of XLA's product, on one CPU device whose native build has the AVX2
+tile and whose CPU has no AVX-512 (see the module docstring: measured on AVX2 only). Read when
+a function is traced."""
+
 MASTER_WEIGHT_GRADIENT = True
 """Whether `matmul(..., operand_dtype=...)` casts inside the product, so that a float32 weight's
 gradient is the float32 accumulator of its gradient product (True), or casts outside it, as
@@ -273,8 +280,16 @@ def _gradients(preferred_element_type, a, b, g):
         )
         db = jnp.matmul(_rows_to_columns(a), g, preferred_element_type=preferred_element_type)
         return da, db
+    if _native_float32_weight_gradient(a, b, g, preferred_element_type):
+        return _input_gradient(g, b), _native.native_weight_gradient(a, g)
     _, vjp = jax.vjp(lambda a, b: _product(a, b, preferred_element_type), a, b)
     return vjp(g)
+
+
+def _input_gradient(g, b):
+    """g bᵀ for `g` (..., M, N) and the weight `b` (K, N): b's rows contracted, no transposed
+    copy; one product over all leading axes."""
+    return jax.lax.dot_general(g, b, (((g.ndim - 1,), (1,)), ((), ())))
 
 
 def _matmul_bwd(preferred_element_type, operand_dtype, input_dtypes, residuals, g):
@@ -313,6 +328,10 @@ def _batch_matmul_bwd(preferred_element_type, operand_dtype, input_dtypes, resid
             preferred_element_type=preferred_element_type,
         )  # fmt: skip
         return da.astype(input_dtypes[0]), db.astype(input_dtypes[1])
+    if _native_float32_weight_gradient(a, b, g, preferred_element_type):
+        n, m, k = a.shape
+        db = _native.native_weight_gradient(a.reshape(n * m, k), g.reshape(n * m, g.shape[-1]))
+        return _input_gradient(g, b).astype(input_dtypes[0]), db.astype(input_dtypes[1])
     da, db = jax.vmap(
         lambda a, g: _gradients(preferred_element_type, a, b, g)
     )(a, g)  # fmt: skip
@@ -332,6 +351,20 @@ def _native_weight_gradient(a, b, preferred_element_type) -> bool:
         and _mixed_precision(a, b, preferred_element_type)
         and jax.device_count() == 1
         and _native.native_available()
+    )
+
+
+def _native_float32_weight_gradient(a, b, g, preferred_element_type) -> bool:
+    """Whether a float32 product's weight gradient runs through `native_weight_gradient`
+    (`NATIVE_FLOAT32_WEIGHT_GRADIENT`): float32 operands, cotangent and accumulation, one CPU
+    device, the native library built with its AVX2 tile, and a CPU without AVX-512."""
+    return (
+        NATIVE_FLOAT32_WEIGHT_GRADIENT
+        and a.dtype == b.dtype == g.dtype == jnp.float32
+        and (preferred_element_type is None or jnp.dtype(preferred_element_type) == jnp.float32)
+        and jax.device_count() == 1
+        and _native.native_weight_gradient_vectorised()
+        and not _native.host_has_avx512()
     )
 
 
