@@ -76,6 +76,25 @@ a `/tmp` script, 30 calls each). Whole bf16 steps, off / on in alternating proce
 ListOps 112.2 / 103.6 and 107.6 / 103.7, sMNIST 172.6 / 161.3 and 165.5 / 161.9, psMNIST
 206.7 / 204.1 and 213.6 / 210.9, Image 252.8 / 238.5, Speech 59.3 / 58.7.
 
+The float32 weight gradient with the native library (`NATIVE_FLOAT32_WEIGHT_GRADIENT`):
+Σ_r a[r]ᵀ g[r] over all of a batch's rows as one `s5jax.core._native.native_weight_gradient`
+call (chunks of 128 rows packed into panels, 6 × 16 tiles accumulated in AVX2 registers,
+blocks of rows split over XLA's threads and summed in block order). XLA's CPU backend runs a
+product contracted over the outer axis of both operands well below its forward products:
+55–65 GFLOP/s for the C̃ gradient of the retrieval model's layer, (16,000, 512)ᵀ · (16,000,
+128), against 95–125 GFLOP/s for a forward product of that size; under two nested `vmap`s (the
+retrieval model's two documents) the per-example products became Eigen dots with two batch
+axes, whose tasks also held XLA's second thread while a YNNPACK product waited for it. Alone
+(2-core AMD EPYC, AVX2 and FMA only, 2026-12-01, a `/tmp` script, 15 calls each in three
+rounds), per-example products and their pairwise sum / the native call, ms: (4, 4,000, 512) ×
+(…, 128) 32.7 / 20.5, (4, 4,000, 128) × (…, 256) 12.7 / 11.5, (4, 4,096, 384) × (…, 128) 20.8 /
+16.6, (8, 4,096, 128) × (…, 256) 22.1 / 20.8, (4, 1,024, 512) × (…, 768) 32.4 / 28.8, (50, 784,
+128) × (…, 256) 33.3 / 25.7. The retrieval model's float32 training step (batch 2, L 4,000), off
+/ on in alternating processes, medians of 6 steps: 1,027 / 872 and 1,122 / 903 ms; Text's (batch
+4, L 4,096) within noise (1,608 / 1,678, 1,818 / 1,807). Used on one CPU device where the
+native build has the AVX2 tile and the CPU has no AVX-512: on AVX-512 hosts XLA's products use
+512-bit kernels and this AVX2 tile has not been measured against them.
+
 Forward mode: a custom VJP has no `jax.jvp`. `VMAP_FRIENDLY_GRADIENT = False` (read when a
 function is traced) makes `matmul` and `scale_columns` the plain products, so that `jax.jvp`,
 `jax.jacfwd` and `jax.hessian` work through the model again (with a scan method that supports
