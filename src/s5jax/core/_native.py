@@ -447,4 +447,3 @@ def native_weight_gradient_vectorised() -> bool:
     """Whether the native library is available and its weight-gradient tile was built with
     AVX2 and FMA (`-march=native` on a host that has them)."""
     return native_available() and bool(_state.get("weight_gradient_vector"))
-
