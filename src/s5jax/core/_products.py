@@ -294,9 +294,7 @@ def _gradients(preferred_element_type, a, b, g):
     `g`, in the accumulation dtype."""
     if REDUCED_PRECISION_GRADIENT and _mixed_precision(a, b, preferred_element_type):
         g = g.astype(a.dtype)
-        da = jax.lax.dot_general(  # g bᵀ: b's rows are contracted, no transposed copy
-            g, b, (((1,), (1,)), ((), ())), preferred_element_type=preferred_element_type
-        )
+        da = _input_gradient(g, b, preferred_element_type)
         db = jnp.matmul(_rows_to_columns(a), g, preferred_element_type=preferred_element_type)
         return da, db
     if _native_float32_weight_gradient(a, b, g, preferred_element_type):
@@ -305,10 +303,11 @@ def _gradients(preferred_element_type, a, b, g):
     return vjp(g)
 
 
-def _input_gradient(g, b):
+def _input_gradient(g, b, preferred_element_type=None):
     """g bᵀ for `g` (..., M, N) and the weight `b` (K, N): b's rows contracted, no transposed
     copy; one product over all leading axes."""
-    return jax.lax.dot_general(g, b, (((g.ndim - 1,), (1,)), ((), ())))
+    dims = (((g.ndim - 1,), (1,)), ((), ()))
+    return jax.lax.dot_general(g, b, dims, preferred_element_type=preferred_element_type)
 
 
 def _matmul_bwd(preferred_element_type, operand_dtype, input_dtypes, residuals, g):
@@ -338,9 +337,7 @@ def _batch_matmul_bwd(preferred_element_type, operand_dtype, input_dtypes, resid
     a, b = residuals
     if _native_weight_gradient(a, b, preferred_element_type):
         g = g.astype(a.dtype)
-        da = jax.lax.dot_general(  # g bᵀ for every example: b's rows contracted
-            g, b, (((2,), (1,)), ((), ())), preferred_element_type=preferred_element_type
-        )
+        da = _input_gradient(g, b, preferred_element_type)  # for every example at once
         n, m, k = a.shape
         db = jnp.matmul(
             _native.native_transpose(a.reshape(n * m, k)), g.reshape(n * m, g.shape[-1]),
