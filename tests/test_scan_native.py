@@ -360,13 +360,15 @@ def test_native_transpose_vmaps_and_differentiates():
 def test_native_weight_gradient_equals_the_float64_contraction():
     # Sizes leave a partial 6-column panel of a and a partial 16-column tile of g; 4,100 rows
     # are three blocks of 2,048 (three partial sums) and chunks of 128 with a short last one;
-    # the leading axes are a batch; zero and one rows. Float32 accumulation: within 2e-6 of
-    # Σ|a||g| of the float64 contraction. Repeated calls are bitwise equal (the blocks' sums
-    # are added in block order whichever thread ran them).
+    # the leading axes are a batch; zero and one rows; (7,000, 1,024) × (…, 520) has its blocks
+    # capped by the partial sums' size (three of 2,334 rows, not four of 2,048). Float32
+    # accumulation: within 2e-6 of Σ|a||g| of the float64 contraction. Repeated calls are
+    # bitwise equal (the blocks' sums are added in block order whichever thread ran them).
     rng = np.random.default_rng(16)
     shapes = (
         ((1, 1), (1, 1)), ((7, 5), (7, 17)), ((4100, 13), (4100, 40)), ((300, 130), (300, 250)),
         ((2, 3, 2100, 6), (2, 3, 2100, 16)), ((0, 4), (0, 5)), ((1, 64), (1, 8)),
+        ((7000, 1024), (7000, 520)),
     )  # fmt: skip
     for sa, sg in shapes:
         a, g = rng.normal(size=sa), rng.normal(size=sg)

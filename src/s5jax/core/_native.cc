@@ -906,7 +906,11 @@ ffi::Error TransposeImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi
 // each block sums into its own partial c, and the partials are added at the end in block order,
 // so the result does not depend on which thread ran which block.
 constexpr int64_t kWgRows = 128;     // rows per packed chunk
-constexpr int64_t kWgBlock = 2048;   // rows per block (one partial c each)
+constexpr int64_t kWgBlock = 2048;   // rows per block (one partial c each), at least
+// At most this many floats of partial sums per batch element (8 MiB): with more rows the blocks
+// grow instead (a (51,200, 512) × (…, 768) gradient would otherwise zero and add 25 partials of
+// 1.5 MiB per call). The block count depends on the shapes only, so the sum order does too.
+constexpr int64_t kWgPartialFloats = int64_t{1} << 21;
 
 #if defined(__AVX2__) && defined(__FMA__)
 constexpr bool kWgVector = true;
@@ -997,15 +1001,18 @@ void WgRows(const float* a, const float* g, int64_t R, int64_t K, int64_t N, flo
 // a (B, R, K), g (B, R, N) → c (B, K, N): c[b] = Σ_r a[b, r]ᵀ g[b, r].
 void WeightGradient(const float* a, const float* g, float* c, int64_t B, int64_t R, int64_t K,
                     int64_t N) {
-  const int64_t blocks = std::max<int64_t>(1, (R + kWgBlock - 1) / kWgBlock);
-  const int64_t units = B * blocks, KN = K * N;
+  const int64_t KN = K * N;
+  const int64_t most = std::max<int64_t>(2, kWgPartialFloats / std::max<int64_t>(1, KN));
+  const int64_t blocks = std::clamp<int64_t>((R + kWgBlock - 1) / kWgBlock, 1, most);
+  const int64_t block_rows = (R + blocks - 1) / blocks;
+  const int64_t units = B * blocks;
   std::vector<float> partial(static_cast<size_t>(units * KN), 0.0f);
   ParallelOver(units, B * R * KN / 16, [&](int64_t u0, int64_t u1) {
     std::vector<float> apack(static_cast<size_t>(kWgRows * (K + 6)));
     std::vector<float> gpack(static_cast<size_t>(kWgRows * (N + 16)));
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t b = u / blocks, r0 = (u % blocks) * kWgBlock;
-      const int64_t rows = std::min(R, r0 + kWgBlock) - r0;
+      const int64_t b = u / blocks, r0 = std::min(R, (u % blocks) * block_rows);
+      const int64_t rows = std::min(R, r0 + block_rows) - r0;
       WgRows(a + (b * R + r0) * K, g + (b * R + r0) * N, rows, K, N, partial.data() + u * KN,
              apack.data(), gpack.data());
     }
