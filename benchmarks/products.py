@@ -20,9 +20,13 @@ gradient rounded to bfloat16 before the batch's sum).
 the passes that pack the products' output into them and back), where `auto` runs the native
 scan (one CPU device, a C++ compiler).
 
+`--switch native-float32-wg` compares float32 weight gradients through the native kernel
+(`s5jax.core._products.NATIVE_FLOAT32_WEIGHT_GRADIENT`, as shipped where the native build has a
+vector tile) against XLA's products.
+
     .venv/bin/python benchmarks/products.py [--configs listops,text,...] [--repeats N]
-        [--switch vmap-friendly|master-weight|native-planar] [--precision fp32|bf16]
-        [--paper] [--batch N] [--out NAME]
+        [--switch vmap-friendly|master-weight|native-planar|native-float32-wg]
+        [--precision fp32|bf16] [--paper] [--batch N] [--out NAME]
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ SWITCHES = {  # --switch: (module, its flag, the names of the variants with it o
     "vmap-friendly": (_products, "VMAP_FRIENDLY_GRADIENT", "vmap-friendly", "plain"),
     "master-weight": (_products, "MASTER_WEIGHT_GRADIENT", "cast inside", "cast outside"),
     "native-planar": (_ssm, "NATIVE_PLANAR", "planar", "complex"),
+    "native-float32-wg": (_products, "NATIVE_FLOAT32_WEIGHT_GRADIENT", "native wg", "xla wg"),
 }
 
 

@@ -465,15 +465,14 @@ def test_mixed_precision_weight_gradient_over_the_whole_batch_through_native_tra
 @pytest.mark.skipif(not _native.native_available(), reason="the native kernel cannot be built")
 @pytest.mark.parametrize("nesting", [0, 1, 2])
 def test_float32_weight_gradient_through_the_native_kernel(monkeypatch, nesting):
-    """With the native library (`NATIVE_FLOAT32_WEIGHT_GRADIENT`, on an AVX2 host without
-    AVX-512: both patched here, so the wiring is checked on every host), a float32 product's
-    weight gradient is one `native_weight_gradient` call, unbatched, under the batch's `vmap`
-    (one call over batch × rows) and under two nested `vmap`s (as the retrieval model's two
-    documents); none with the switch off or on an AVX-512 host. ∂W and ∂x equal XLA's
+    """With the native library (`NATIVE_FLOAT32_WEIGHT_GRADIENT`, where the build has a vector
+    tile: patched here, so the wiring is checked on every host), a float32 product's weight
+    gradient is one `native_weight_gradient` call, unbatched, under the batch's `vmap` (one
+    call over batch × rows) and under two nested `vmap`s (as the retrieval model's two
+    documents); none with the switch off or with a portable build. ∂W and ∂x equal XLA's
     products' to float32 rounding (rtol 1e-5 of Σ|x||g|), odd sizes."""
-    monkeypatch.setattr(_native, "native_weight_gradient_vectorised", lambda: True)
-    avx512 = {"flag": False}
-    monkeypatch.setattr(_native, "host_has_avx512", lambda: avx512["flag"])
+    vector = {"tile": True}
+    monkeypatch.setattr(_native, "native_weight_gradient_vectorised", lambda: vector["tile"])
     shape = ((3, 2, 37, 20), (2, 37, 20), (37, 20))[2 - nesting]
     x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32)
     w = jax.random.normal(jax.random.PRNGKey(1), (20, 12), jnp.float32) / 5
@@ -486,14 +485,14 @@ def test_float32_weight_gradient_through_the_native_kernel(monkeypatch, nesting)
         return product(x)
 
     got, calls = {}, {}
-    for name, flag, on_avx512 in (("native", True, False), ("off", False, False),
-                                  ("avx512", True, True)):  # fmt: skip
+    for name, flag, tile in (("native", True, True), ("off", False, True),
+                             ("portable", True, False)):  # fmt: skip
         monkeypatch.setattr(_products, "NATIVE_FLOAT32_WEIGHT_GRADIENT", flag)
-        avx512["flag"] = on_avx512
+        vector["tile"] = tile
         step = jax.jit(lambda w, x, g: jax.vjp(f, w, x)[1](g))  # traced afresh: flags read
         calls[name] = step.lower(w, x, g).as_text().count("@s5jax_weight_gradient(")
         got[name] = step(w, x, g)
-    assert calls == {"native": 1, "off": 0, "avx512": 0}
+    assert calls == {"native": 1, "off": 0, "portable": 0}
     rows = np.asarray(x, np.float64).reshape(-1, 20), np.asarray(g, np.float64).reshape(-1, 12)
     scale = np.abs(rows[0]).T @ np.abs(rows[1])
     for name in ("native", "off"):

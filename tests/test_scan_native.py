@@ -358,7 +358,9 @@ def test_native_transpose_vmaps_and_differentiates():
 
 @needs_native
 def test_native_weight_gradient_equals_the_float64_contraction():
-    # Sizes leave a partial 6-column panel of a and a partial 16-column tile of g; 4,100 rows
+    # Sizes leave partial panels of a and partial tiles of g for both tiles (AVX2: panels of 6
+    # columns, tiles of 16; AVX-512: 12 and 32, every remainder of 1 to 11 columns of a among
+    # K = 13, 130, 6, 1,024, 23, 17, 19, 21, 15, 14, 20, 3, 9 and whole ones at K = 12); 4,100 rows
     # are three blocks of 2,048 (three partial sums) and chunks of 128 with a short last one;
     # the leading axes are a batch; zero and one rows; (7,000, 1,024) × (…, 520) has its blocks
     # capped by the partial sums' size (three of 2,334 rows, not four of 2,048). Float32
@@ -368,7 +370,8 @@ def test_native_weight_gradient_equals_the_float64_contraction():
     shapes = (
         ((1, 1), (1, 1)), ((7, 5), (7, 17)), ((4100, 13), (4100, 40)), ((300, 130), (300, 250)),
         ((2, 3, 2100, 6), (2, 3, 2100, 16)), ((0, 4), (0, 5)), ((1, 64), (1, 8)),
-        ((7000, 1024), (7000, 520)),
+        ((7000, 1024), (7000, 520)), ((50, 12), (50, 32)), ((61, 23), (61, 64)),
+        *(((33, k), (33, 48)) for k in (17, 19, 21, 15, 14, 20, 3, 9)),
     )  # fmt: skip
     for sa, sg in shapes:
         a, g = rng.normal(size=sa), rng.normal(size=sg)
@@ -380,6 +383,21 @@ def test_native_weight_gradient_equals_the_float64_contraction():
         assert np.all(np.abs(np.asarray(got, np.float64) - want) <= 2e-6 * scale + 1e-7), sa
         again = f(jnp.asarray(a, jnp.float32), jnp.asarray(g, jnp.float32))
         np.testing.assert_array_equal(np.asarray(again), np.asarray(got))
+
+
+@needs_native
+def test_native_weight_gradient_tile_is_the_hosts_widest_vectors():
+    # The build is -march=native: AVX-512 registers where the CPU reports avx512f, else AVX2
+    # and FMA where it reports both (the kernel is then used for float32 weight gradients).
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    want = "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= flags else "portable"
+    assert _native.native_weight_gradient_tile() == want
+    assert _native.native_weight_gradient_vectorised() == (want != "portable")
 
 
 @needs_native

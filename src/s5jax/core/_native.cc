@@ -40,7 +40,7 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#if defined(__AVX2__) && defined(__FMA__)
+#if (defined(__AVX2__) && defined(__FMA__)) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 #if defined(__linux__)
@@ -899,12 +899,15 @@ ffi::Error TransposeImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi
 // the rows ∂y, c (K, N). XLA's CPU backend runs this product (the contracted axis is the outer
 // one of both operands) at 55-60 GFLOP/s on a 2-core AMD EPYC with AVX2 (jax 0.10.2, YNNPACK or
 // Eigen), against 95-125 for the forward products of the same sizes. Here rows are taken in
-// chunks of kWgRows; each chunk of a is packed into panels of 6 columns and each chunk of g into
-// panels of 16 (sequential reads: a strided walk down a column of a 2 KiB-wide row maps every
-// line to the same few L1 sets), and a 6 × 16 tile of c is accumulated in 12 AVX2 registers over
-// the chunk. Blocks of rows are claimed by the calling thread and XLA's pool (ParallelOver);
-// each block sums into its own partial c, and the partials are added at the end in block order,
-// so the result does not depend on which thread ran which block.
+// chunks of kWgRows; each chunk of a is packed into panels of kWgMR columns and each chunk of g
+// into panels of kWgNR (sequential reads: a strided walk down a column of a 2 KiB-wide row maps
+// every line to the same few L1 sets), and a kWgMR × kWgNR tile of c is accumulated in vector
+// registers over the chunk: 6 × 16 in 12 AVX2 registers, or, in a build with AVX-512, 12 × 32
+// in 24 of its 32 registers (on a 2-core AMD EPYC with AVX-512, family 26, 2026-12-02, the AVX2
+// tile ran at 150-190 GFLOP/s there, below XLA's 150-280). Blocks of rows are claimed by the
+// calling thread and XLA's pool (ParallelOver); each block sums into its own partial c, and the
+// partials are added at the end in block order, so the result does not depend on which thread
+// ran which block.
 constexpr int64_t kWgRows = 128;     // rows per packed chunk
 constexpr int64_t kWgBlock = 2048;   // rows per block (one partial c each), at least
 // At most this many floats of partial sums per batch element (8 MiB): with more rows the blocks
@@ -912,11 +915,34 @@ constexpr int64_t kWgBlock = 2048;   // rows per block (one partial c each), at 
 // 1.5 MiB per call). The block count depends on the shapes only, so the sum order does too.
 constexpr int64_t kWgPartialFloats = int64_t{1} << 21;
 
-#if defined(__AVX2__) && defined(__FMA__)
-constexpr bool kWgVector = true;
-// c (MR × 16, row stride ldc) += Σ_k ap[k]ᵀ gp[k]. Always the whole tile: a partial store here
-// (an aligned buffer for the last columns) made GCC keep the 12 accumulators on the stack,
-// 2.4× slower (a /tmp harness, 2026-12-01); WgPanel passes a padded buffer instead.
+// Each tile: c (MR × kWgNR, row stride ldc) += Σ_k ap[k]ᵀ gp[k]. Always the whole tile: a
+// partial store here (an aligned buffer for the last columns) made GCC keep the accumulators on
+// the stack, 2.4× slower (a /tmp harness, 2026-12-01); WgPanel passes a padded buffer instead.
+#if defined(__AVX512F__)
+constexpr int kWgVector = 2;  // AVX-512
+constexpr int kWgMR = 12, kWgNR = 32;
+template <int MR>
+inline void WgTile(const float* ap, const float* gp, int64_t rows, float* c, int64_t ldc) {
+  __m512 lo[MR], hi[MR];
+  for (int i = 0; i < MR; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < rows; ++k) {
+    const __m512 g0 = _mm512_loadu_ps(gp + 32 * k), g1 = _mm512_loadu_ps(gp + 32 * k + 16);
+    const float* ak = ap + MR * k;
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(ak[i]);
+      lo[i] = _mm512_fmadd_ps(ai, g0, lo[i]);
+      hi[i] = _mm512_fmadd_ps(ai, g1, hi[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), lo[i]));
+    _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), hi[i]));
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int kWgVector = 1;  // AVX2 and FMA
+constexpr int kWgMR = 6, kWgNR = 16;
 template <int MR>
 inline void WgTile(const float* ap, const float* gp, int64_t rows, float* c, int64_t ldc) {
   __m256 lo[MR], hi[MR];
@@ -937,12 +963,13 @@ inline void WgTile(const float* ap, const float* gp, int64_t rows, float* c, int
   }
 }
 #else
-constexpr bool kWgVector = false;
+constexpr int kWgVector = 0;  // the portable loop
+constexpr int kWgMR = 6, kWgNR = 16;
 template <int MR>
 inline void WgTile(const float* ap, const float* gp, int64_t rows, float* c, int64_t ldc) {
   for (int64_t k = 0; k < rows; ++k) {
     for (int i = 0; i < MR; ++i) {
-      for (int j = 0; j < 16; ++j) c[i * ldc + j] += ap[MR * k + i] * gp[16 * k + j];
+      for (int j = 0; j < kWgNR; ++j) c[i * ldc + j] += ap[MR * k + i] * gp[kWgNR * k + j];
     }
   }
 }
@@ -950,50 +977,58 @@ inline void WgTile(const float* ap, const float* gp, int64_t rows, float* c, int
 
 template <int MR>
 void WgPanel(const float* ap, const float* gpack, int64_t rows, float* c, int64_t N) {
-  for (int64_t j0 = 0; j0 < N; j0 += 16) {
+  for (int64_t j0 = 0; j0 < N; j0 += kWgNR) {
     const float* gp = gpack + j0 * rows;
-    if (j0 + 16 <= N) {
+    if (j0 + kWgNR <= N) {
       WgTile<MR>(ap, gp, rows, c + j0, N);
       continue;
     }
-    alignas(32) float t[MR * 16] = {};  // the last columns: a whole tile, then the valid ones
-    WgTile<MR>(ap, gp, rows, t, 16);
+    alignas(64) float t[MR * kWgNR] = {};  // the last columns: a whole tile, then the valid ones
+    WgTile<MR>(ap, gp, rows, t, kWgNR);
     for (int i = 0; i < MR; ++i) {
-      for (int64_t j = 0; j < N - j0; ++j) c[i * N + j0 + j] += t[i * 16 + j];
+      for (int64_t j = 0; j < N - j0; ++j) c[i * N + j0 + j] += t[i * kWgNR + j];
     }
   }
 }
 
-// c (K, N) += a[0:R]ᵀ g[0:R]; apack, gpack: kWgRows · (K + 6), kWgRows · (N + 16) floats.
+// The last `rem` (< kWgMR) columns of a: the panel of that width.
+template <int MR>
+void WgPanelRemainder(int64_t rem, const float* ap, const float* gpack, int64_t rows, float* c,
+                      int64_t N) {
+  if constexpr (MR > 0) {
+    if (rem == MR) {
+      WgPanel<MR>(ap, gpack, rows, c, N);
+    } else {
+      WgPanelRemainder<MR - 1>(rem, ap, gpack, rows, c, N);
+    }
+  }
+}
+
+// c (K, N) += a[0:R]ᵀ g[0:R]; apack, gpack: kWgRows · (K + kWgMR), kWgRows · (N + kWgNR) floats.
 void WgRows(const float* a, const float* g, int64_t R, int64_t K, int64_t N, float* c,
             float* apack, float* gpack) {
-  const int64_t K6 = K / 6, rem = K - 6 * K6, N16 = (N + 15) / 16;
+  const int64_t KM = K / kWgMR, rem = K - kWgMR * KM, NP = (N + kWgNR - 1) / kWgNR;
   for (int64_t r = 0; r < R; r += kWgRows) {
     const int64_t rows = std::min(kWgRows, R - r);
     for (int64_t k = 0; k < rows; ++k) {  // row by row: sequential reads of a and g
       const float* gk = g + (r + k) * N;
-      for (int64_t jp = 0; jp < N16; ++jp) {
-        float* dst = gpack + (jp * rows + k) * 16;
-        const int64_t cols = std::min<int64_t>(16, N - 16 * jp);
-        std::memcpy(dst, gk + 16 * jp, static_cast<size_t>(cols) * sizeof(float));
-        for (int64_t j = cols; j < 16; ++j) dst[j] = 0.0f;
+      for (int64_t jp = 0; jp < NP; ++jp) {
+        float* dst = gpack + (jp * rows + k) * kWgNR;
+        const int64_t cols = std::min<int64_t>(kWgNR, N - kWgNR * jp);
+        std::memcpy(dst, gk + kWgNR * jp, static_cast<size_t>(cols) * sizeof(float));
+        for (int64_t j = cols; j < kWgNR; ++j) dst[j] = 0.0f;
       }
       const float* ak = a + (r + k) * K;
-      for (int64_t ip = 0; ip < K6; ++ip) {
-        std::memcpy(apack + (ip * rows + k) * 6, ak + 6 * ip, 6 * sizeof(float));
+      for (int64_t ip = 0; ip < KM; ++ip) {
+        std::memcpy(apack + (ip * rows + k) * kWgMR, ak + kWgMR * ip, kWgMR * sizeof(float));
       }
-      if (rem) std::memcpy(apack + K6 * 6 * rows + k * rem, ak + 6 * K6, rem * sizeof(float));
+      if (rem) std::memcpy(apack + KM * kWgMR * rows + k * rem, ak + kWgMR * KM, rem * sizeof(float));
     }
-    for (int64_t ip = 0; ip < K6; ++ip) WgPanel<6>(apack + ip * 6 * rows, gpack, rows, c + 6 * ip * N, N);
-    const float* ar = apack + K6 * 6 * rows;
-    float* cr = c + 6 * K6 * N;
-    switch (rem) {
-      case 5: WgPanel<5>(ar, gpack, rows, cr, N); break;
-      case 4: WgPanel<4>(ar, gpack, rows, cr, N); break;
-      case 3: WgPanel<3>(ar, gpack, rows, cr, N); break;
-      case 2: WgPanel<2>(ar, gpack, rows, cr, N); break;
-      case 1: WgPanel<1>(ar, gpack, rows, cr, N); break;
-      default: break;
+    for (int64_t ip = 0; ip < KM; ++ip) {
+      WgPanel<kWgMR>(apack + ip * kWgMR * rows, gpack, rows, c + kWgMR * ip * N, N);
+    }
+    if (rem) {
+      WgPanelRemainder<kWgMR - 1>(rem, apack + KM * kWgMR * rows, gpack, rows, c + kWgMR * KM * N, N);
     }
   }
 }
@@ -1008,8 +1043,8 @@ void WeightGradient(const float* a, const float* g, float* c, int64_t B, int64_t
   const int64_t units = B * blocks;
   std::vector<float> partial(static_cast<size_t>(units * KN), 0.0f);
   ParallelOver(units, B * R * KN / 16, [&](int64_t u0, int64_t u1) {
-    std::vector<float> apack(static_cast<size_t>(kWgRows * (K + 6)));
-    std::vector<float> gpack(static_cast<size_t>(kWgRows * (N + 16)));
+    std::vector<float> apack(static_cast<size_t>(kWgRows * (K + kWgMR)));
+    std::vector<float> gpack(static_cast<size_t>(kWgRows * (N + kWgNR)));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / blocks, r0 = std::min(R, (u % blocks) * block_rows);
       const int64_t rows = std::min(R, r0 + block_rows) - r0;
@@ -1113,6 +1148,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxWeightGradient, WeightGradientImpl,
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>());
 
-// 1 when the weight gradient's tile runs on AVX2 and FMA registers (the build's -march=native),
-// 0 for the portable loop (correct, not fast: s5jax.core._products uses the kernel only at 1).
-extern "C" int S5jaxWeightGradientVector() { return kWgVector ? 1 : 0; }
+// The weight gradient's tile in this build (-march=native): 2 AVX-512 registers, 1 AVX2 and FMA,
+// 0 the portable loop (correct, not fast: s5jax.core._products never uses it).
+extern "C" int S5jaxWeightGradientVector() { return kWgVector; }

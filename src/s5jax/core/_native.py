@@ -50,6 +50,7 @@ __all__ = [
     "native_recurrence",
     "native_transpose",
     "native_weight_gradient",
+    "native_weight_gradient_tile",
     "native_weight_gradient_vectorised",
 ]
 
@@ -62,6 +63,7 @@ _TARGET_PLANAR_ADJOINT = "s5jax_planar_adjoint"
 _TARGET_MATERIALISE = "s5jax_materialise"
 _TARGET_TRANSPOSE = "s5jax_transpose"
 _TARGET_WEIGHT_GRADIENT = "s5jax_weight_gradient"
+_WEIGHT_GRADIENT_TILES = {2: "avx512", 1: "avx2", 0: "portable"}  # S5jaxWeightGradientVector()
 _DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
 
 _log = logging.getLogger(__name__)
@@ -171,7 +173,9 @@ def _load() -> bool:
                 (_TARGET_WEIGHT_GRADIENT, lib.S5jaxWeightGradient),
             ):
                 jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
-            _state["weight_gradient_vector"] = bool(lib.S5jaxWeightGradientVector())
+            _state["weight_gradient_tile"] = _WEIGHT_GRADIENT_TILES.get(
+                lib.S5jaxWeightGradientVector(), "portable"
+            )
         except (OSError, RuntimeError, AttributeError) as err:
             _state["error"] = f"building or loading the native kernel failed: {err}"
             return False
@@ -417,11 +421,12 @@ def native_weight_gradient(a, g):
     `a` (..., R, K) and `g` (..., R, N), float32 with the same leading dims; returns
     (..., K, N) float32, accumulated in float32 like XLA's product. XLA's CPU backend runs
     this contraction over the outer axis of both operands far slower than a forward product
-    of the same size; the kernel packs chunks of rows into panels and accumulates 6 × 16 tiles
-    in AVX2 registers (`_native.cc`; figures in `s5jax.core._products`). Works under
-    `jax.jit`, `jax.vmap` and `jax.grad` (its VJP is two plain products). Needs the native
-    kernel (`native_available()`); `native_weight_gradient_vectorised()` says whether this
-    build has the AVX2 tile (otherwise a portable loop: correct, not fast).
+    of the same size; the kernel packs chunks of rows into panels and accumulates 12 × 32
+    tiles in AVX-512 registers or 6 × 16 tiles in AVX2 registers, whichever the host has
+    (`_native.cc`; figures in `s5jax.core._products`). Works under `jax.jit`, `jax.vmap` and
+    `jax.grad` (its VJP is two plain products). Needs the native kernel
+    (`native_available()`); `native_weight_gradient_tile()` says which tile this build has
+    (a portable loop where neither: correct, not fast).
     """
     if a.ndim < 2 or g.ndim != a.ndim or a.shape[:-1] != g.shape[:-1]:
         raise ValueError(
@@ -435,15 +440,15 @@ def native_weight_gradient(a, g):
     return _weight_gradient(a, g)
 
 
-@functools.cache
-def host_has_avx512() -> bool:
-    """Whether this host's CPU reports AVX-512 (`avx512f` in /proc/cpuinfo's flags)."""
-    return any(
-        ln.startswith("flags") and "avx512f" in ln.split() for ln in _cpu_identity().splitlines()
-    )
+def native_weight_gradient_tile() -> str:
+    """Which tile `native_weight_gradient` accumulates in, as this host's build
+    (`-march=native`) compiled it: "avx512" (12 × 32 in AVX-512 registers), "avx2" (6 × 16 in
+    AVX2 and FMA registers) or "portable" (a plain loop: correct, not fast); "" where the
+    native library is unavailable."""
+    return _state.get("weight_gradient_tile", "") if native_available() else ""
 
 
 def native_weight_gradient_vectorised() -> bool:
-    """Whether the native library is available and its weight-gradient tile was built with
-    AVX2 and FMA (`-march=native` on a host that has them)."""
-    return native_available() and bool(_state.get("weight_gradient_vector"))
+    """Whether the native library is available and its weight-gradient tile runs in vector
+    registers (AVX2 and FMA, or AVX-512: `native_weight_gradient_tile()`)."""
+    return native_weight_gradient_tile() in ("avx2", "avx512")
