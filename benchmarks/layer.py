@@ -194,9 +194,9 @@ when the contracted axis is the left operand's outer one (`benchmarks/README.md`
 
 NATIVE = " native"
 """Suffix of the weight gradient's third floor entry, where the stack's float32 backward pass
-runs it (`s5jax.core._products.NATIVE_FLOAT32_WEIGHT_GRADIENT`: one CPU device, an AVX2 build,
-no AVX-512): `s5jax.core._native.native_weight_gradient`, the same product by the native
-library. The floor is the fastest way this package has to compute each product."""
+runs it (`s5jax.core._products.NATIVE_FLOAT32_WEIGHT_GRADIENT`: one CPU device, a build with
+an AVX2 or AVX-512 tile): `s5jax.core._native.native_weight_gradient`, the same product by the
+native library. The floor is the fastest way this package has to compute each product."""
 
 
 def gemm_floor(times: dict, prefix: str, stat: str = "median_s") -> float:
