@@ -101,6 +101,36 @@ inline void StreamFence(bool stream) {
   (void)stream;
 }
 
+// Prefetch the bytes [begin, begin + bytes) a cache line at a time (a hint; no effect on values).
+// On x86 as an asm statement: GCC's vectoriser drops `__builtin_prefetch` calls from a loop it
+// vectorises (GCC 12 removed every prefetch of a look-ahead written as a small helper here,
+// seen in the disassembly), and an asm statement it keeps.
+inline void Prefetch(const void* begin, size_t bytes) {
+  const char* p = static_cast<const char*>(begin);
+  for (size_t i = 0; i < bytes; i += 64) {
+#if defined(__x86_64__) || defined(__i386__)
+    asm volatile("prefetcht0 %0" : : "m"(p[i]));
+#else
+    __builtin_prefetch(p + i);
+#endif
+  }
+}
+
+// Loops that run back in time (a one-direction adjoint, a reverse-time forward pass) walk each
+// sequence from its last row to its first, reading and writing rows of a few hundred bytes: the
+// hardware prefetchers left those descending streams mostly unfetched. Each such step prefetches
+// the rows that the step kAhead further on reads (g and x, or b; per-step a). On a 2-core AMD
+// EPYC (Zen 5, AVX-512, 2026-12-02) the planar adjoint of (50, 784) sequences of P 64 lanes
+// (sMNIST's layer) took 1.45-1.48 ms against 4.55-5.11 ms without (alternating builds, a /tmp
+// script; 4 and 16 steps ahead: 1.58-1.60). Loops forward in time are left to the hardware.
+constexpr int64_t kAhead = 8;
+
+// Prefetch row `k` (of `bytes`) of an array of rows `stride` elements apart, if 0 <= k < L.
+template <typename R>
+inline void PrefetchRow(const R* rows, int64_t k, int64_t L, int64_t stride, size_t bytes) {
+  if (k >= 0 && k < L) Prefetch(rows + k * stride, bytes);
+}
+
 // ---- sequences split over threads -------------------------------------------------------------
 int Threads(int64_t N, int64_t elements, int64_t per_thread = int64_t{1} << 18) {
   int avail = static_cast<int>(std::thread::hardware_concurrency());
@@ -265,6 +295,11 @@ void Forward(const T* a_in, const T* b_in, T* x_out, int64_t N, int64_t L, int64
       if (!per_step) Rows::Prepare(an, P, ar.data(), ai.data());
       for (int64_t i = 0; i < L; ++i) {
         const int64_t k = reverse ? L - 1 - i : i;
+        if (reverse) {  // back in time: the rows of the step kAhead further on (k − kAhead)
+          const size_t bytes = static_cast<size_t>(Q) * sizeof(R);
+          PrefetchRow(b + n * L * Q, k - kAhead, L, Q, bytes);
+          if (per_step) PrefetchRow(an, k - kAhead, L, Q, bytes);
+        }
         const R* ak = per_step ? an + k * Q : an;
         if (per_step) Rows::Prepare(ak, P, ar.data(), ai.data());
         Rows::Step(s.data(), ak, b + (n * L + k) * Q, P, ar.data(), ai.data());
@@ -307,6 +342,12 @@ void Adjoint(const T* a_in, const T* g_in, const T* x_in, T* lam_out, T* a_bar_o
         const int64_t prev = reverse ? k + 1 : k - 1;  // the step it took before k
         const bool has_prev = reverse ? k < L - 1 : k > 0;
         const R* gk = g + (n * L + k) * Q;
+        if (!reverse) {  // back in time: the rows of the step kAhead further on (k − kAhead)
+          const size_t bytes = static_cast<size_t>(Q) * sizeof(R);
+          PrefetchRow(g + n * L * Q, k - kAhead, L, Q, bytes);
+          PrefetchRow(x + n * L * Q, k - kAhead - 1, L, Q, bytes);
+          if (per_step) PrefetchRow(an, k - kAhead + 1, L, Q, bytes);
+        }
         if (i == 0) {
           std::copy(gk, gk + Q, s.begin());
         } else {
@@ -430,6 +471,10 @@ void PlanarForward(const R* a, const R* b, R* x, int64_t N, int64_t L, int64_t P
         std::fill(s.begin(), s.end(), R(0));
         for (int64_t i = 0; i < L; ++i) {
           const int64_t k = d == 0 ? i : L - 1 - i;
+          if (d == 1) {  // back in time: b's rows of the step kAhead further on (k − kAhead)
+            PrefetchRow(b + n * L * 2 * P + p0, k - kAhead, L, 2 * P, row);
+            PrefetchRow(b + n * L * 2 * P + p0 + P, k - kAhead, L, 2 * P, row);
+          }
           const R* br = b + (n * L + k) * 2 * P + p0;
           const R* bi = br + P;
           PlanarStep(sr, si, ar, ai, br, bi, Pj, R(1));
@@ -451,12 +496,6 @@ inline void StoreABar(R* abn, const std::vector<double>& total, int64_t Pj, int6
     abn[p] = static_cast<R>(total[static_cast<size_t>(p)]);
     abn[P + p] = static_cast<R>(total[static_cast<size_t>(Pj + p)]);
   }
-}
-
-// Prefetch the bytes [begin, begin + bytes) a cache line at a time (a hint; no effect on values).
-inline void Prefetch(const void* begin, size_t bytes) {
-  const char* p = static_cast<const char*>(begin);
-  for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i);
 }
 
 // The two directions' adjoints run opposite ways in time (x→'s from the last step, x←'s from
@@ -575,6 +614,11 @@ void PlanarAdjoint(const R* a, const R* g, const R* x, R* b_bar, R* a_bar, int64
       for (int64_t i = 0; i < L; ++i) {  // opposite to the recurrence
         const int64_t k = L - 1 - i;
         const R* gr = g + (n * L + k) * W + p0;
+        // The rows of the step kAhead further on (k − kAhead): g's and x's Re and Im parts.
+        PrefetchRow(g + n * L * W + p0, k - kAhead, L, W, row);
+        PrefetchRow(g + n * L * W + p0 + P, k - kAhead, L, W, row);
+        PrefetchRow(x + n * L * W + p0, k - kAhead - 1, L, W, row);
+        PrefetchRow(x + n * L * W + p0 + P, k - kAhead - 1, L, W, row);
         PlanarStep(lr, li, ar, ai, gr, gr + P, Pj, R(-1));  // λ ← g + conj(a) λ
         R* out = b_bar + (n * L + k) * 2 * P + p0;
         CopyRow(out, lr, row, stream);
