@@ -121,7 +121,7 @@ inline void Prefetch(const void* begin, size_t bytes) {
 // hardware prefetchers left those descending streams mostly unfetched. Each such step prefetches
 // the rows that the step kAhead further on reads (g and x, or b; per-step a). On a 2-core AMD
 // EPYC (Zen 5, AVX-512, 2026-12-02) the planar adjoint of (50, 784) sequences of P 64 lanes
-// (sMNIST's layer) took 1.45-1.48 ms against 4.55-5.11 ms without (alternating builds, a /tmp
+// (sMNIST's layer) took 1.03-1.48 ms against 3.73-5.11 ms without (alternating builds, a /tmp
 // script; 4 and 16 steps ahead: 1.58-1.60). Loops forward in time are left to the hardware.
 constexpr int64_t kAhead = 8;
 

@@ -76,36 +76,35 @@ a `/tmp` script, 30 calls each). Whole bf16 steps, off / on in alternating proce
 ListOps 112.2 / 103.6 and 107.6 / 103.7, sMNIST 172.6 / 161.3 and 165.5 / 161.9, psMNIST
 206.7 / 204.1 and 213.6 / 210.9, Image 252.8 / 238.5, Speech 59.3 / 58.7.
 
-The float32 weight gradient with the native library (`NATIVE_FLOAT32_WEIGHT_GRADIENT`):
-Σ_r a[r]ᵀ g[r] over all of a batch's rows as one `s5jax.core._native.native_weight_gradient`
-call (chunks of 128 rows packed into panels, 6 × 16 tiles accumulated in AVX2 registers, or 12
-× 32 in AVX-512 ones where the host has them, blocks of rows split over XLA's threads and summed
-in block order). XLA's CPU backend runs a
-product contracted over the outer axis of both operands well below its forward products:
-55–65 GFLOP/s for the C̃ gradient of the retrieval model's layer, (16,000, 512)ᵀ · (16,000,
-128), against 95–125 GFLOP/s for a forward product of that size; under two nested `vmap`s (the
-retrieval model's two documents) the per-example products became Eigen dots with two batch
-axes, whose tasks also held XLA's second thread while a YNNPACK product waited for it. Alone
-(2-core AMD EPYC, AVX2 and FMA only, 2026-12-01, a `/tmp` script, 15 calls each in three
-rounds), per-example products and their pairwise sum / the native call, ms: (4, 4,000, 512) ×
-(…, 128) 32.7 / 20.5, (4, 4,000, 128) × (…, 256) 12.7 / 11.5, (4, 4,096, 384) × (…, 128) 20.8 /
-16.6, (8, 4,096, 128) × (…, 256) 22.1 / 20.8, (4, 1,024, 512) × (…, 768) 32.4 / 28.8, (50, 784,
-128) × (…, 256) 33.3 / 25.7. The retrieval model's float32 training step (batch 2, L 4,000), off
-/ on in alternating processes, medians of 6 steps: 1,027 / 872 and 1,122 / 903 ms; Text's (batch
-4, L 4,096) within noise (1,608 / 1,678, 1,818 / 1,807). On a host with AVX-512 the build
-accumulates 12 × 32 tiles in 24 AVX-512 registers instead: on a 2-core AMD EPYC with AVX-512
-(family 26, 2026-12-02) the AVX2 tile ran at 150–190 GFLOP/s, below XLA's 150–280 there, and the
-AVX-512 tile at 200–370 (the same shapes, a `/tmp` script, 15 calls each in three rounds, ms,
-XLA's per-example products and their sum / the native call, two runs: (4, 4,000, 512) × (…, 128)
-13.4 / 8.8 and 20.4 / 10.5, (4, 4,000, 128) × (…, 256) 4.9 / 4.9 and 7.0 / 5.2, (4, 4,096, 384) ×
-(…, 128) 7.7 / 6.4 and 7.5 / 6.0, (8, 4,096, 128) × (…, 256) 8.0 / 7.1 and 8.8 / 7.9, (4, 1,024,
-512) × (…, 768) 10.1 / 8.9 and 10.5 / 8.8, (50, 784, 128) × (…, 256) 13.2 / 10.5 and 12.6 / 10.1).
-Whole float32 training steps there, XLA's weight gradients / the native kernel, interleaved in
-one process (`benchmarks/products.py --switch native-float32-wg --repeats 5`): Retrieval 1.26,
-Image 1.19, ListOps 1.18, sMNIST 1.16, Pathfinder 1.14, Text 1.06. Used on one CPU device where
-the native build has a vector tile (`s5jax.core._native.native_weight_gradient_tile()`); the
-AVX-512 tile has been measured on that AMD host only (not yet on an Intel Xeon or an AVX-512
-AMD EPYC of family 25): `NATIVE_FLOAT32_WEIGHT_GRADIENT = False` gives XLA's products back.
+The float32 weight gradient with the native library (`NATIVE_FLOAT32_WEIGHT_GRADIENT`): Σ_r a[r]ᵀ
+g[r] over all of a batch's rows as one `s5jax.core._native.native_weight_gradient` call (chunks of
+128 rows packed into panels, 6 × 16 tiles accumulated in AVX2 registers, or 12 × 32 in AVX-512 ones
+where the host has them, blocks of rows split over XLA's threads and summed in block order). XLA's
+CPU backend runs a product contracted over the outer axis of both operands well below its forward
+products: 55–65 GFLOP/s for the C̃ gradient of the retrieval model's layer, (16,000, 512)ᵀ ·
+(16,000, 128), against 95–125 GFLOP/s for a forward product of that size; under two nested `vmap`s
+(the retrieval model's two documents) the per-example products became Eigen dots with two batch
+axes, whose tasks also held XLA's second thread while a YNNPACK product waited for it. Alone (2-core
+AMD EPYC, AVX2 and FMA only, 2026-12-01, a `/tmp` script, 15 calls each in three rounds),
+per-example products and their pairwise sum / the native call, ms: (4, 4,000, 512) × (…, 128) 32.7 /
+20.5, (4, 4,000, 128) × (…, 256) 12.7 / 11.5, (4, 4,096, 384) × (…, 128) 20.8 / 16.6, (8, 4,096,
+128) × (…, 256) 22.1 / 20.8, (4, 1,024, 512) × (…, 768) 32.4 / 28.8, (50, 784, 128) × (…, 256) 33.3
+/ 25.7. The retrieval model's float32 training step (batch 2, L 4,000), off / on in alternating
+processes, medians of 6 steps: 1,027 / 872 and 1,122 / 903 ms; Text's (batch 4, L 4,096) within
+noise (1,608 / 1,678, 1,818 / 1,807). On a host with AVX-512 the build accumulates 12 × 32 tiles in
+24 AVX-512 registers instead: on a 2-core AMD EPYC with AVX-512 (family 26, 2026-12-02) the AVX2
+tile ran at 150–190 GFLOP/s, below XLA's 150–280 there, and the AVX-512 tile at 200–370 (the same
+shapes, a `/tmp` script, 15 calls each in three rounds, ms, XLA's per-example products and their sum
+/ the native call, two runs: (4, 4,000, 512) × (…, 128) 13.4 / 8.8 and 20.4 / 10.5, (4, 4,000, 128)
+× (…, 256) 4.9 / 4.9 and 7.0 / 5.2, (4, 4,096, 384) × (…, 128) 7.7 / 6.4 and 7.5 / 6.0, (8, 4,096,
+128) × (…, 256) 8.0 / 7.1 and 8.8 / 7.9, (4, 1,024, 512) × (…, 768) 10.1 / 8.9 and 10.5 / 8.8, (50,
+784, 128) × (…, 256) 13.2 / 10.5 and 12.6 / 10.1). Whole float32 training steps there, XLA's weight
+gradients / the native kernel, interleaved in one process (`benchmarks/products.py --switch
+native-float32-wg --repeats 5`): Retrieval 1.26, Image 1.19, ListOps 1.18, sMNIST 1.16, Pathfinder
+1.14, Text 1.06. Used on one CPU device where the native build has a vector tile
+(`s5jax.core._native.native_weight_gradient_tile()`); the AVX-512 tile has been measured on that AMD
+host only (not yet on an Intel Xeon or an AVX-512 AMD EPYC of family 25):
+`NATIVE_FLOAT32_WEIGHT_GRADIENT = False` gives XLA's products back.
 
 Forward mode: a custom VJP has no `jax.jvp`. `VMAP_FRIENDLY_GRADIENT = False` (read when a
 function is traced) makes `matmul` and `scale_columns` the plain products, so that `jax.jvp`,
