@@ -962,48 +962,54 @@ constexpr int64_t kWgPartialFloats = int64_t{1} << 21;
 // Each tile: c (MR × kWgNR, row stride ldc) += Σ_k ap[k]ᵀ gp[k]. Always the whole tile: a
 // partial store here (an aligned buffer for the last columns) made GCC keep the accumulators on
 // the stack, 2.4× slower (a /tmp harness, 2026-12-01); WgPanel passes a padded buffer instead.
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #if defined(__AVX512F__)
-constexpr int kWgVector = 2;  // AVX-512
-constexpr int kWgMR = 12, kWgNR = 32;
+constexpr int kWgVector = 2;  // AVX-512: 12 × 32 tiles, 24 accumulators of the 32 registers
+constexpr int kWgMR = 12;
+struct WgRegs {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static V Zero() { return _mm512_setzero_ps(); }
+  static V Load(const float* p) { return _mm512_loadu_ps(p); }
+  static void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V Broadcast(const float* p) { return _mm512_set1_ps(*p); }
+  static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V Add(V a, V b) { return _mm512_add_ps(a, b); }
+};
+#else
+constexpr int kWgVector = 1;  // AVX2 and FMA: 6 × 16 tiles, 12 accumulators of the 16 registers
+constexpr int kWgMR = 6;
+struct WgRegs {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V Broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V Add(V a, V b) { return _mm256_add_ps(a, b); }
+};
+#endif
+constexpr int kWgNR = 2 * WgRegs::kLanes;  // two registers a row of the tile
 template <int MR>
 inline void WgTile(const float* ap, const float* gp, int64_t rows, float* c, int64_t ldc) {
-  __m512 lo[MR], hi[MR];
-  for (int i = 0; i < MR; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
+  using R = WgRegs;
+  constexpr int W = R::kLanes;
+  typename R::V lo[MR], hi[MR];
+  for (int i = 0; i < MR; ++i) lo[i] = hi[i] = R::Zero();
   for (int64_t k = 0; k < rows; ++k) {
-    const __m512 g0 = _mm512_loadu_ps(gp + 32 * k), g1 = _mm512_loadu_ps(gp + 32 * k + 16);
+    const typename R::V g0 = R::Load(gp + kWgNR * k), g1 = R::Load(gp + kWgNR * k + W);
     const float* ak = ap + MR * k;
     for (int i = 0; i < MR; ++i) {
-      const __m512 ai = _mm512_set1_ps(ak[i]);
-      lo[i] = _mm512_fmadd_ps(ai, g0, lo[i]);
-      hi[i] = _mm512_fmadd_ps(ai, g1, hi[i]);
+      const typename R::V ai = R::Broadcast(ak + i);
+      lo[i] = R::Fma(ai, g0, lo[i]);
+      hi[i] = R::Fma(ai, g1, hi[i]);
     }
   }
   for (int i = 0; i < MR; ++i) {
     float* ci = c + i * ldc;
-    _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), lo[i]));
-    _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), hi[i]));
-  }
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-constexpr int kWgVector = 1;  // AVX2 and FMA
-constexpr int kWgMR = 6, kWgNR = 16;
-template <int MR>
-inline void WgTile(const float* ap, const float* gp, int64_t rows, float* c, int64_t ldc) {
-  __m256 lo[MR], hi[MR];
-  for (int i = 0; i < MR; ++i) lo[i] = hi[i] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < rows; ++k) {
-    const __m256 g0 = _mm256_loadu_ps(gp + 16 * k), g1 = _mm256_loadu_ps(gp + 16 * k + 8);
-    const float* ak = ap + MR * k;
-    for (int i = 0; i < MR; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(ak + i);
-      lo[i] = _mm256_fmadd_ps(ai, g0, lo[i]);
-      hi[i] = _mm256_fmadd_ps(ai, g1, hi[i]);
-    }
-  }
-  for (int i = 0; i < MR; ++i) {
-    float* ci = c + i * ldc;
-    _mm256_storeu_ps(ci, _mm256_add_ps(_mm256_loadu_ps(ci), lo[i]));
-    _mm256_storeu_ps(ci + 8, _mm256_add_ps(_mm256_loadu_ps(ci + 8), hi[i]));
+    R::Store(ci, R::Add(R::Load(ci), lo[i]));
+    R::Store(ci + W, R::Add(R::Load(ci + W), hi[i]));
   }
 }
 #else
