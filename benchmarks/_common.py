@@ -66,6 +66,7 @@ def device_info() -> dict:
         "num_devices": len(devices),
         "cpu_model": cpu_model(),
         "cpu_isa": cpu_isa(),
+        "cpu_family_model": cpu_family_model(),
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -91,6 +92,26 @@ def cpu_isa() -> list[str]:
     except OSError:
         pass
     return []
+
+
+def cpu_family_model() -> str:
+    """/proc/cpuinfo's "vendor family/model", e.g. "AuthenticAMD 25/17" (Zen 4) or "26/2" (Zen
+    5), "" where unknown. Virtual machines often report only "AMD EPYC" as the model name, and
+    the two generations' AVX-512 differ (Zen 4 runs 512-bit operations as two 256-bit halves)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():  # the first processor's block is enough
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        return ""
+    if "cpu family" not in fields:
+        return ""
+    family = f"{fields['cpu family']}/{fields.get('model', '?')}"
+    return f"{fields.get('vendor_id', '')} {family}".strip()
 
 
 def device_tag() -> str:

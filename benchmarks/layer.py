@@ -34,8 +34,9 @@ each B·L·H·2P multiply-adds: forward B̄u = u W_B (BL×H · H×2P) and C̃x o
 BL×2P) and ∂u (BL×2P · 2P×H). The floor is 3× each of the three product shapes' medians, the
 weight gradient's in the faster of two layouts (its left operand as the rows of `u` are stored,
 or stored transposed: XLA's CPU backend runs the first through float32 copies of bfloat16
-operands; `ROW_MAJOR`; since 2026-11-27), or, where the stack's float32 backward pass computes
-it with the native library (`NATIVE`, since 2026-12-01), the fastest of the three. Reported:
+operands; `ROW_MAJOR`; since 2026-11-27), or, where the stack's backward pass computes
+it with the native library (`NATIVE`, since 2026-12-01 in float32, 2026-12-02 in bfloat16),
+the fastest of the three. Reported:
 stack / floor for the fused stack and the chunked one (`--efficiency-methods`; both make the
 same nine products, so the floor is theirs alike; 1.0 would be a stack made of nothing but
 those products; the recurrences, GELU and the rest are the excess). Also reported,
@@ -179,7 +180,9 @@ def gemm_floor_fns(batch, L, H, P_stored, dtype):
         "(H,BL)x(BL,2P)": functools.partial(weight_grad, a, x),
         f"(H,BL)x(BL,2P){ROW_MAJOR}": functools.partial(into_state, a_t, x),
     }
-    if _products._native_float32_weight_gradient(a, w_in, x, jnp.float32):
+    if _products._native_float32_weight_gradient(
+        a, w_in, x, jnp.float32
+    ) or _products._native_bf16_weight_gradient(a, x, jnp.float32):
         native = jax.jit(_native.native_weight_gradient)  # what the stack's backward pass runs
         fns[f"(H,BL)x(BL,2P){NATIVE}"] = functools.partial(native, a, x)
     return fns
@@ -193,10 +196,11 @@ when the contracted axis is the left operand's outer one (`benchmarks/README.md`
 
 
 NATIVE = " native"
-"""Suffix of the weight gradient's third floor entry, where the stack's float32 backward pass
-runs it (`s5jax.core._products.NATIVE_FLOAT32_WEIGHT_GRADIENT`: one CPU device, a build with
-an AVX2 or AVX-512 tile): `s5jax.core._native.native_weight_gradient`, the same product by the
-native library. The floor is the fastest way this package has to compute each product."""
+"""Suffix of the weight gradient's third floor entry, where the stack's backward pass runs it
+(`s5jax.core._products.NATIVE_FLOAT32_WEIGHT_GRADIENT`: float32, one CPU device, a build with
+an AVX2 or AVX-512 tile; `NATIVE_BF16_WEIGHT_GRADIENT`: bfloat16, a build with AVX512_BF16 on a
+host without AMX): `s5jax.core._native.native_weight_gradient`, the same product by the native
+library. The floor is the fastest way this package has to compute each product."""
 
 
 def gemm_floor(times: dict, prefix: str, stat: str = "median_s") -> float:

@@ -24,8 +24,12 @@ scan (one CPU device, a C++ compiler).
 (`s5jax.core._products.NATIVE_FLOAT32_WEIGHT_GRADIENT`, as shipped where the native build has a
 vector tile) against XLA's products.
 
+`--switch native-bf16-wg` (with `--precision bf16`) compares bfloat16 weight gradients through
+the native kernel's bfloat16 tile (`NATIVE_BF16_WEIGHT_GRADIENT`, as shipped where the build has
+AVX512_BF16 and the host no AMX) against a transposed copy and XLA's product.
+
     .venv/bin/python benchmarks/products.py [--configs listops,text,...] [--repeats N]
-        [--switch vmap-friendly|master-weight|native-planar|native-float32-wg]
+        [--switch vmap-friendly|master-weight|native-planar|native-float32-wg|native-bf16-wg]
         [--precision fp32|bf16] [--paper] [--batch N] [--out NAME]
 """
 
@@ -50,6 +54,7 @@ SWITCHES = {  # --switch: (module, its flag, the names of the variants with it o
     "master-weight": (_products, "MASTER_WEIGHT_GRADIENT", "cast inside", "cast outside"),
     "native-planar": (_ssm, "NATIVE_PLANAR", "planar", "complex"),
     "native-float32-wg": (_products, "NATIVE_FLOAT32_WEIGHT_GRADIENT", "native wg", "xla wg"),
+    "native-bf16-wg": (_products, "NATIVE_BF16_WEIGHT_GRADIENT", "native bf16 wg", "xla bf16 wg"),
 }
 
 

@@ -440,7 +440,9 @@ def test_mixed_precision_weight_gradient_over_the_whole_batch_through_native_tra
     """With the native library (`NATIVE_WEIGHT_GRADIENT`), a vmapped mixed-precision product's
     weight gradient is one product over batch × rows whose left operand is `native_transpose`'s
     copy: the program holds that call (and none with the switch off), and ∂W, ∂x equal the
-    per-example products' (float32 accumulation: rtol 1e-5 of Σ|x||g|), with odd sizes."""
+    per-example products' (float32 accumulation: rtol 1e-5 of Σ|x||g|), with odd sizes. The
+    bfloat16 tile of `native_weight_gradient` (next test) is switched off here."""
+    monkeypatch.setattr(_products, "NATIVE_BF16_WEIGHT_GRADIENT", False)
     x = jax.random.normal(jax.random.PRNGKey(0), (5, 37, 20)).astype(x_dtype)
     w = jax.random.normal(jax.random.PRNGKey(1), (20, 12), jnp.float32) / 5
     g = jax.random.normal(jax.random.PRNGKey(2), (5, 37, 12), jnp.float32)
@@ -460,6 +462,55 @@ def test_mixed_precision_weight_gradient_over_the_whole_batch_through_native_tra
     assert got[True][0].dtype == jnp.float32
     assert np.all(np.abs(dw_native - dw_each) <= 1e-5 * scale + 1e-7)
     np.testing.assert_array_equal(np.asarray(got[True][1]), np.asarray(got[False][1]))
+
+
+@pytest.mark.skipif(not _native.native_available(), reason="the native kernel cannot be built")
+@pytest.mark.parametrize("nesting", [0, 1])
+def test_bfloat16_weight_gradient_through_the_native_tile(monkeypatch, nesting):
+    """With `NATIVE_BF16_WEIGHT_GRADIENT`, where the build has the bfloat16 tile and the host
+    no AMX (both patched here, so the wiring is checked on every host), a mixed-precision
+    product's weight gradient is one `native_weight_gradient` call on the bfloat16 operands,
+    per example and under the batch's `vmap` (one call over batch × rows, no transposed copy);
+    with the switch off, without the tile or with AMX it is the transposed copy and XLA's
+    product. Where this host has the tile, ∂W is the float64 contraction of the bfloat16
+    operands to float32 rounding (2e-6 of Σ|x||g|) and ∂x is unchanged."""
+    host = {"tile": True, "amx": False}
+    real_tile = _native.native_weight_gradient_bfloat16()
+    monkeypatch.setattr(_native, "native_weight_gradient_bfloat16", lambda: host["tile"])
+    monkeypatch.setattr(_native, "native_host_has_amx", lambda: host["amx"])
+    shape = ((5, 37, 20), (37, 20))[1 - nesting]
+    x = jax.random.normal(jax.random.PRNGKey(0), shape, jnp.float32)
+    w = jax.random.normal(jax.random.PRNGKey(1), (20, 12), jnp.float32) / 5
+    g = jax.random.normal(jax.random.PRNGKey(2), (*shape[:-1], 12), jnp.float32)
+
+    def f(w, x):
+        product = lambda xi: matmul(xi, w, jnp.float32, operand_dtype=jnp.bfloat16)  # noqa: E731
+        return jax.vmap(product)(x) if nesting else product(x)
+
+    got, calls = {}, {}
+    variants = (
+        ("native", True, True, False), ("off", False, True, False),
+        ("no tile", True, False, False), ("amx", True, True, True),
+    )  # fmt: skip
+    for name, flag, tile, amx in variants:
+        monkeypatch.setattr(_products, "NATIVE_BF16_WEIGHT_GRADIENT", flag)
+        host.update(tile=tile, amx=amx)
+        step = jax.jit(lambda w, x, g: jax.vjp(f, w, x)[1](g))  # traced afresh: flags read
+        text = step.lower(w, x, g).as_text()
+        calls[name] = (text.count("@s5jax_weight_gradient("), text.count("@s5jax_transpose("))
+        if name in ("native", "off") and (real_tile or name == "off"):
+            got[name] = step(w, x, g)
+    # Otherwise: the whole batch's transposed copy; per example, XLA's own transpose.
+    xla = (0, nesting)
+    assert calls == {"native": (1, 0), "off": xla, "no tile": xla, "amx": xla}
+    if not real_tile:
+        return
+    rows = _bf16(x).reshape(-1, 20), _bf16(g).reshape(-1, 12)
+    scale = np.abs(rows[0]).T @ np.abs(rows[1])
+    dw = np.asarray(got["native"][0], np.float64)
+    assert got["native"][0].dtype == jnp.float32
+    assert np.all(np.abs(dw - rows[0].T @ rows[1]) <= 2e-6 * scale + 1e-7)
+    np.testing.assert_array_equal(np.asarray(got["native"][1]), np.asarray(got["off"][1]))
 
 
 @pytest.mark.skipif(not _native.native_available(), reason="the native kernel cannot be built")

@@ -389,12 +389,7 @@ def test_native_weight_gradient_equals_the_float64_contraction():
 def test_native_weight_gradient_tile_is_the_hosts_widest_vectors():
     # The build is -march=native: AVX-512 registers where the CPU reports avx512f, else AVX2
     # and FMA where it reports both (the kernel is then used for float32 weight gradients).
-    flags = set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
+    flags = _cpu_flags()
     want = "avx512" if "avx512f" in flags else "avx2" if {"avx2", "fma"} <= flags else "portable"
     assert _native.native_weight_gradient_tile() == want
     assert _native.native_weight_gradient_vectorised() == (want != "portable")
@@ -419,8 +414,79 @@ def test_native_weight_gradient_vmaps_differentiates_and_rejects():
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-3)
     with pytest.raises(ValueError, match="same leading"):
         _native.native_weight_gradient(a, g[:, :40])
-    with pytest.raises(ValueError, match="float32 only"):
-        _native.native_weight_gradient(a.astype(jnp.bfloat16), g.astype(jnp.bfloat16))
+    with pytest.raises(ValueError, match="float32 or bfloat16 operands"):
+        _native.native_weight_gradient(a, g.astype(jnp.bfloat16))
+    if not _native.native_weight_gradient_bfloat16():
+        with pytest.raises(ValueError, match="no bfloat16 tile"):
+            _native.native_weight_gradient(a.astype(jnp.bfloat16), g.astype(jnp.bfloat16))
+
+
+def _cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@needs_native
+def test_native_weight_gradient_bfloat16_tile_and_amx_follow_the_cpu_flags():
+    # -march=native: the bfloat16 tile is compiled where the CPU reports AVX-512 with
+    # AVX512_BF16, and the build sees AMX where the CPU reports amx_bf16.
+    flags = _cpu_flags()
+    assert _native.native_weight_gradient_bfloat16() == ({"avx512f", "avx512_bf16"} <= flags)
+    assert _native.native_host_has_amx() == ("amx_bf16" in flags)
+
+
+@pytest.mark.skipif(
+    not _native.native_weight_gradient_bfloat16(), reason="no AVX512_BF16 on this host"
+)
+def test_native_bfloat16_weight_gradient_equals_the_float64_contraction():
+    # The bfloat16 tile takes rows in pairs: odd row counts (the last pair padded with zeros),
+    # one row, chunks of 128 with a short odd last one, blocks of 2,048 (4,101 rows: three
+    # partial sums), every remainder of 1 to 11 columns of a (K = 13, 130, 6, 23, 17, 19, 21,
+    # 15, 14, 20, 3, 9) and whole panels (K = 12, 512), partial 32-column tiles of g, and a
+    # batch. Reference: the float64 contraction of the same bfloat16 values; float32 sums,
+    # within 2e-6 of Σ|a||g|, and more accurate than XLA's product (a transposed copy and a
+    # bfloat16 dot with float32 accumulation) at the layer's shape. Repeated calls are bitwise
+    # equal; the VJP returns each gradient in its input's dtype.
+    rng = np.random.default_rng(18)
+    shapes = (
+        ((1, 1), (1, 1)), ((7, 5), (7, 17)), ((4101, 13), (4101, 40)), ((301, 130), (301, 250)),
+        ((2, 3, 257, 6), (2, 3, 257, 16)), ((0, 4), (0, 5)), ((1, 64), (1, 8)),
+        ((50, 12), (50, 32)), ((61, 23), (61, 64)), ((2048, 512), (2048, 128)),
+        *(((33, k), (33, 48)) for k in (17, 19, 21, 15, 14, 20, 3, 9)),
+    )  # fmt: skip
+    f = jax.jit(_native.native_weight_gradient)
+    for sa, sg in shapes:
+        a = jnp.asarray(rng.normal(size=sa), jnp.bfloat16)
+        g = jnp.asarray(rng.normal(size=sg), jnp.bfloat16)
+        got = f(a, g)
+        assert got.shape == (*sa[:-2], sa[-1], sg[-1]) and got.dtype == jnp.float32
+        a64, g64 = np.asarray(a, np.float64), np.asarray(g, np.float64)
+        want = np.einsum("...rk,...rn->...kn", a64, g64)
+        scale = np.einsum("...rk,...rn->...kn", np.abs(a64), np.abs(g64))
+        err = np.abs(np.asarray(got, np.float64) - want)
+        assert np.all(err <= 2e-6 * scale + 1e-7), sa
+        np.testing.assert_array_equal(np.asarray(f(a, g)), np.asarray(got))
+        if sa == (2048, 512):
+            xla = jnp.matmul(a.T, g, preferred_element_type=jnp.float32)
+            assert err.max() <= np.abs(np.asarray(xla, np.float64) - want).max()
+    a = jnp.asarray(rng.normal(size=(3, 41, 10)), jnp.bfloat16)
+    g = jnp.asarray(rng.normal(size=(3, 41, 19)), jnp.bfloat16)
+    w = jnp.asarray(rng.normal(size=(3, 10, 19)), jnp.float32)
+
+    def loss(product):
+        return lambda a, g: jnp.sum(w * jax.vmap(product)(a, g) ** 2)
+
+    grads = jax.grad(loss(_native.native_weight_gradient), argnums=(0, 1))(a, g)
+    wants = jax.grad(
+        loss(lambda a, g: jnp.matmul(a.T, g, preferred_element_type=jnp.float32)), argnums=(0, 1)
+    )(a, g)
+    for got, want in zip(grads, wants, strict=True):
+        assert got.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                                   rtol=2e-2, atol=2e-2)  # fmt: skip
 
 
 @needs_native

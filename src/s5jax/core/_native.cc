@@ -938,7 +938,7 @@ ffi::Error TransposeImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi
   }
 }
 
-// ---- float32 weight gradient: c = Σ_r a[r]ᵀ g[r] -------------------------------------------
+// ---- weight gradient: c = Σ_r a[r]ᵀ g[r], float32 (and bfloat16 operands, below) ---------------
 // The gradient of a weight W in y = x W over all rows of a batch: a (R, K) the rows x, g (R, N)
 // the rows ∂y, c (K, N). XLA's CPU backend runs this product (the contracted axis is the outer
 // one of both operands) at 55-60 GFLOP/s on a 2-core AMD EPYC with AVX2 (jax 0.10.2, YNNPACK or
@@ -1025,16 +1025,91 @@ inline void WgTile(const float* ap, const float* gp, int64_t rows, float* c, int
 }
 #endif
 
+// bfloat16 operands (mixed-precision products: s5jax.core._products), float32 sums, in a build
+// with AVX512_BF16: the same 12 × 32 tiles, each step of the loop two rows at once. A packed
+// word holds one element of each of the two rows (the first in its low half), and VDPBF16PS
+// adds both products of a pair of words into a float32 lane. Without AVX512_BF16 the bfloat16
+// weight gradient stays with XLA (a transposed copy and its product; s5jax.core._products).
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+constexpr bool kWgBf16 = true;
 template <int MR>
-void WgPanel(const float* ap, const float* gpack, int64_t rows, float* c, int64_t N) {
+inline void WgTileBf16(const uint32_t* ap, const uint32_t* gp, int64_t steps, float* c,
+                       int64_t ldc) {
+  __m512 lo[MR], hi[MR];
+  for (int i = 0; i < MR; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < steps; ++k) {
+    const __m512bh g0 = (__m512bh)_mm512_loadu_si512(gp + kWgNR * k);
+    const __m512bh g1 = (__m512bh)_mm512_loadu_si512(gp + kWgNR * k + 16);
+    const uint32_t* ak = ap + MR * k;
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(ak[i]));
+      lo[i] = _mm512_dpbf16_ps(lo[i], ai, g0);
+      hi[i] = _mm512_dpbf16_ps(hi[i], ai, g1);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), lo[i]));
+    _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), hi[i]));
+  }
+}
+
+// Words of the rows r0 and r1 (r1 null: the zero row past the end), element by element.
+inline void InterleaveRows(const uint16_t* r0, const uint16_t* r1, int64_t n, uint32_t* out) {
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const __m512i x0 = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + k)));
+    const __m512i x1 = r1 ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + k)))
+                          : _mm512_setzero_si512();
+    _mm512_storeu_si512(out + k, _mm512_or_si512(x0, _mm512_slli_epi32(x1, 16)));
+  }
+  for (; k < n; ++k) out[k] = uint32_t{r0[k]} | (r1 ? uint32_t{r1[k]} << 16 : 0u);
+}
+#else
+constexpr bool kWgBf16 = false;
+#endif
+
+// The two element types' packing: In (as stored), Word (a packed panel's unit, 4 bytes), kStep
+// rows a step of the tile's loop. Step(src, n, left, buf): the words of the step whose first
+// row (n elements) starts at src, with `left` rows from there to the end of the chunk.
+struct WgFloat32 {
+  using In = float;
+  using Word = float;
+  static constexpr int64_t kStep = 1;
+  static const Word* Step(const In* src, int64_t, int64_t, Word*) { return src; }
+  template <int MR>
+  static void Tile(const Word* ap, const Word* gp, int64_t steps, float* c, int64_t ldc) {
+    WgTile<MR>(ap, gp, steps, c, ldc);
+  }
+};
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+struct WgBfloat16 {
+  using In = uint16_t;
+  using Word = uint32_t;
+  static constexpr int64_t kStep = 2;
+  static const Word* Step(const In* src, int64_t n, int64_t left, Word* buf) {
+    InterleaveRows(src, left > 1 ? src + n : nullptr, n, buf);
+    return buf;
+  }
+  template <int MR>
+  static void Tile(const Word* ap, const Word* gp, int64_t steps, float* c, int64_t ldc) {
+    WgTileBf16<MR>(ap, gp, steps, c, ldc);
+  }
+};
+#endif
+
+template <typename Kern, int MR>
+void WgPanel(const typename Kern::Word* ap, const typename Kern::Word* gpack, int64_t steps,
+             float* c, int64_t N) {
   for (int64_t j0 = 0; j0 < N; j0 += kWgNR) {
-    const float* gp = gpack + j0 * rows;
+    const typename Kern::Word* gp = gpack + j0 * steps;
     if (j0 + kWgNR <= N) {
-      WgTile<MR>(ap, gp, rows, c + j0, N);
+      Kern::template Tile<MR>(ap, gp, steps, c + j0, N);
       continue;
     }
     alignas(64) float t[MR * kWgNR] = {};  // the last columns: a whole tile, then the valid ones
-    WgTile<MR>(ap, gp, rows, t, kWgNR);
+    Kern::template Tile<MR>(ap, gp, steps, t, kWgNR);
     for (int i = 0; i < MR; ++i) {
       for (int64_t j = 0; j < N - j0; ++j) c[i * N + j0 + j] += t[i * kWgNR + j];
     }
@@ -1042,50 +1117,57 @@ void WgPanel(const float* ap, const float* gpack, int64_t rows, float* c, int64_
 }
 
 // The last `rem` (< kWgMR) columns of a: the panel of that width.
-template <int MR>
-void WgPanelRemainder(int64_t rem, const float* ap, const float* gpack, int64_t rows, float* c,
-                      int64_t N) {
+template <typename Kern, int MR>
+void WgPanelRemainder(int64_t rem, const typename Kern::Word* ap,
+                      const typename Kern::Word* gpack, int64_t steps, float* c, int64_t N) {
   if constexpr (MR > 0) {
     if (rem == MR) {
-      WgPanel<MR>(ap, gpack, rows, c, N);
+      WgPanel<Kern, MR>(ap, gpack, steps, c, N);
     } else {
-      WgPanelRemainder<MR - 1>(rem, ap, gpack, rows, c, N);
+      WgPanelRemainder<Kern, MR - 1>(rem, ap, gpack, steps, c, N);
     }
   }
 }
 
-// c (K, N) += a[0:R]ᵀ g[0:R]; apack, gpack: kWgRows · (K + kWgMR), kWgRows · (N + kWgNR) floats.
-void WgRows(const float* a, const float* g, int64_t R, int64_t K, int64_t N, float* c,
-            float* apack, float* gpack) {
+// c (K, N) += a[0:R]ᵀ g[0:R]; apack, gpack: kWgRows · (K + kWgMR), kWgRows · (N + kWgNR) words;
+// arow, grow: K and N words (a step's words, where Kern packs them).
+template <typename Kern>
+void WgRows(const typename Kern::In* a, const typename Kern::In* g, int64_t R, int64_t K,
+            int64_t N, float* c, typename Kern::Word* apack, typename Kern::Word* gpack,
+            typename Kern::Word* arow, typename Kern::Word* grow) {
+  using Word = typename Kern::Word;
+  constexpr int64_t S = Kern::kStep;
   const int64_t KM = K / kWgMR, rem = K - kWgMR * KM, NP = (N + kWgNR - 1) / kWgNR;
   for (int64_t r = 0; r < R; r += kWgRows) {
-    const int64_t rows = std::min(kWgRows, R - r);
-    for (int64_t k = 0; k < rows; ++k) {  // row by row: sequential reads of a and g
-      const float* gk = g + (r + k) * N;
+    const int64_t rows = std::min(kWgRows, R - r), steps = (rows + S - 1) / S;
+    for (int64_t k = 0; k < steps; ++k) {  // step by step: sequential reads of a and g
+      const Word* gk = Kern::Step(g + (r + S * k) * N, N, rows - S * k, grow);
       for (int64_t jp = 0; jp < NP; ++jp) {
-        float* dst = gpack + (jp * rows + k) * kWgNR;
+        Word* dst = gpack + (jp * steps + k) * kWgNR;
         const int64_t cols = std::min<int64_t>(kWgNR, N - kWgNR * jp);
-        std::memcpy(dst, gk + kWgNR * jp, static_cast<size_t>(cols) * sizeof(float));
-        for (int64_t j = cols; j < kWgNR; ++j) dst[j] = 0.0f;
+        std::memcpy(dst, gk + kWgNR * jp, static_cast<size_t>(cols) * sizeof(Word));
+        for (int64_t j = cols; j < kWgNR; ++j) dst[j] = Word{0};
       }
-      const float* ak = a + (r + k) * K;
+      const Word* ak = Kern::Step(a + (r + S * k) * K, K, rows - S * k, arow);
       for (int64_t ip = 0; ip < KM; ++ip) {
-        std::memcpy(apack + (ip * rows + k) * kWgMR, ak + kWgMR * ip, kWgMR * sizeof(float));
+        std::memcpy(apack + (ip * steps + k) * kWgMR, ak + kWgMR * ip, kWgMR * sizeof(Word));
       }
-      if (rem) std::memcpy(apack + KM * kWgMR * rows + k * rem, ak + kWgMR * KM, rem * sizeof(float));
+      if (rem) std::memcpy(apack + KM * kWgMR * steps + k * rem, ak + kWgMR * KM, rem * sizeof(Word));
     }
     for (int64_t ip = 0; ip < KM; ++ip) {
-      WgPanel<kWgMR>(apack + ip * kWgMR * rows, gpack, rows, c + kWgMR * ip * N, N);
+      WgPanel<Kern, kWgMR>(apack + ip * kWgMR * steps, gpack, steps, c + kWgMR * ip * N, N);
     }
     if (rem) {
-      WgPanelRemainder<kWgMR - 1>(rem, apack + KM * kWgMR * rows, gpack, rows, c + kWgMR * KM * N, N);
+      WgPanelRemainder<Kern, kWgMR - 1>(rem, apack + KM * kWgMR * steps, gpack, steps,
+                                        c + kWgMR * KM * N, N);
     }
   }
 }
 
 // a (B, R, K), g (B, R, N) → c (B, K, N): c[b] = Σ_r a[b, r]ᵀ g[b, r].
-void WeightGradient(const float* a, const float* g, float* c, int64_t B, int64_t R, int64_t K,
-                    int64_t N) {
+template <typename Kern>
+void WeightGradient(const typename Kern::In* a, const typename Kern::In* g, float* c, int64_t B,
+                    int64_t R, int64_t K, int64_t N) {
   const int64_t KN = K * N;
   const int64_t most = std::max<int64_t>(2, kWgPartialFloats / std::max<int64_t>(1, KN));
   const int64_t blocks = std::clamp<int64_t>((R + kWgBlock - 1) / kWgBlock, 1, most);
@@ -1093,13 +1175,15 @@ void WeightGradient(const float* a, const float* g, float* c, int64_t B, int64_t
   const int64_t units = B * blocks;
   std::vector<float> partial(static_cast<size_t>(units * KN), 0.0f);
   ParallelOver(units, B * R * KN / 16, [&](int64_t u0, int64_t u1) {
-    std::vector<float> apack(static_cast<size_t>(kWgRows * (K + kWgMR)));
-    std::vector<float> gpack(static_cast<size_t>(kWgRows * (N + kWgNR)));
+    using Word = typename Kern::Word;
+    std::vector<Word> apack(static_cast<size_t>(kWgRows * (K + kWgMR)));
+    std::vector<Word> gpack(static_cast<size_t>(kWgRows * (N + kWgNR)));
+    std::vector<Word> arow(static_cast<size_t>(K)), grow(static_cast<size_t>(N));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / blocks, r0 = std::min(R, (u % blocks) * block_rows);
       const int64_t rows = std::min(R, r0 + block_rows) - r0;
-      WgRows(a + (b * R + r0) * K, g + (b * R + r0) * N, rows, K, N, partial.data() + u * KN,
-             apack.data(), gpack.data());
+      WgRows<Kern>(a + (b * R + r0) * K, g + (b * R + r0) * N, rows, K, N,
+                   partial.data() + u * KN, apack.data(), gpack.data(), arow.data(), grow.data());
     }
   });
   for (int64_t b = 0; b < B; ++b) {
@@ -1120,9 +1204,13 @@ ffi::Error WeightGradientImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBu
   if (da.size() < 2 || dg.size() != da.size()) {
     return ffi::Error::InvalidArgument("s5jax_weight_gradient: a (..., R, K), g (..., R, N)");
   }
-  if (a.element_type() != ffi::DataType::F32 || g.element_type() != ffi::DataType::F32 ||
+  const auto type = a.element_type();
+  const bool bf16 = kWgBf16 && type == ffi::DataType::BF16;
+  if ((type != ffi::DataType::F32 && !bf16) || g.element_type() != type ||
       c->element_type() != ffi::DataType::F32) {
-    return ffi::Error::InvalidArgument("s5jax_weight_gradient: float32 only");
+    return ffi::Error::InvalidArgument(kWgBf16 ? "s5jax_weight_gradient: float32 or bfloat16 "
+                                                 "operands, float32 result"
+                                               : "s5jax_weight_gradient: float32 only");
   }
   const size_t nd = da.size();
   const int64_t R = da[nd - 2], K = da[nd - 1], N = dg[nd - 1];
@@ -1135,9 +1223,16 @@ ffi::Error WeightGradientImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBu
     return ffi::Error::InvalidArgument("s5jax_weight_gradient: shapes do not match");
   }
   if (B * K * N == 0) return ffi::Error::Success();
-  WeightGradient(static_cast<const float*>(a.untyped_data()),
-                 static_cast<const float*>(g.untyped_data()),
-                 static_cast<float*>(c->untyped_data()), B, R, K, N);
+  float* out = static_cast<float*>(c->untyped_data());
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+  if (bf16) {
+    WeightGradient<WgBfloat16>(static_cast<const uint16_t*>(a.untyped_data()),
+                               static_cast<const uint16_t*>(g.untyped_data()), out, B, R, K, N);
+    return ffi::Error::Success();
+  }
+#endif
+  WeightGradient<WgFloat32>(static_cast<const float*>(a.untyped_data()),
+                            static_cast<const float*>(g.untyped_data()), out, B, R, K, N);
   return ffi::Error::Success();
 }
 
@@ -1201,3 +1296,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxWeightGradient, WeightGradientImpl,
 // The weight gradient's tile in this build (-march=native): 2 AVX-512 registers, 1 AVX2 and FMA,
 // 0 the portable loop (correct, not fast: s5jax.core._products never uses it).
 extern "C" int S5jaxWeightGradientVector() { return kWgVector; }
+// Whether the build has the bfloat16 weight-gradient tile (AVX512_BF16), and whether its host has
+// AMX tiles for bfloat16 (where XLA's own products may use them; s5jax.core._products).
+extern "C" int S5jaxWeightGradientBfloat16() { return kWgBf16 ? 1 : 0; }
+extern "C" int S5jaxBuildHasAmx() {
+#if defined(__AMX_BF16__)
+  return 1;
+#else
+  return 0;
+#endif
+}

@@ -45,11 +45,13 @@ from .._atomic import atomic_path
 __all__ = [
     "native_available",
     "native_build_error",
+    "native_host_has_amx",
     "native_materialise",
     "native_planar_states",
     "native_recurrence",
     "native_transpose",
     "native_weight_gradient",
+    "native_weight_gradient_bfloat16",
     "native_weight_gradient_tile",
     "native_weight_gradient_vectorised",
 ]
@@ -176,6 +178,8 @@ def _load() -> bool:
             _state["weight_gradient_tile"] = _WEIGHT_GRADIENT_TILES.get(
                 lib.S5jaxWeightGradientVector(), "portable"
             )
+            _state["weight_gradient_bf16"] = bool(lib.S5jaxWeightGradientBfloat16())
+            _state["amx"] = bool(lib.S5jaxBuildHasAmx())
         except (OSError, RuntimeError, AttributeError) as err:
             _state["error"] = f"building or loading the native kernel failed: {err}"
             return False
@@ -407,37 +411,61 @@ def _weight_gradient_fwd(a, g):
     return _weight_gradient_call(a, g), (a, g)
 
 
-def _weight_gradient_bwd(res, c):  # c = aᵀ g: ∂a = g cᵀ, ∂g = a c
+def _weight_gradient_bwd(res, c):  # c = aᵀ g: ∂a = g cᵀ, ∂g = a c, each in its input's dtype
     a, g = res
-    return jnp.matmul(g, jnp.swapaxes(c, -1, -2)), jnp.matmul(a, c)
+    da = jnp.matmul(g, jnp.swapaxes(c, -1, -2), preferred_element_type=jnp.float32)
+    return da.astype(a.dtype), jnp.matmul(a, c, preferred_element_type=jnp.float32).astype(g.dtype)
 
 
 _weight_gradient.defvjp(_weight_gradient_fwd, _weight_gradient_bwd)
 
 
 def native_weight_gradient(a, g):
-    """Σ_r a[..., r, :]ᵀ g[..., r, :], float32: the gradient of W in y = x W over all rows.
+    """Σ_r a[..., r, :]ᵀ g[..., r, :], accumulated in float32: the gradient of W in y = x W over
+    all rows.
 
-    `a` (..., R, K) and `g` (..., R, N), float32 with the same leading dims; returns
-    (..., K, N) float32, accumulated in float32 like XLA's product. XLA's CPU backend runs
-    this contraction over the outer axis of both operands far slower than a forward product
-    of the same size; the kernel packs chunks of rows into panels and accumulates 12 × 32
-    tiles in AVX-512 registers or 6 × 16 tiles in AVX2 registers, whichever the host has
-    (`_native.cc`; figures in `s5jax.core._products`). Works under `jax.jit`, `jax.vmap` and
-    `jax.grad` (its VJP is two plain products). Needs the native kernel
-    (`native_available()`); `native_weight_gradient_tile()` says which tile this build has
-    (a portable loop where neither: correct, not fast).
+    `a` (..., R, K) and `g` (..., R, N) with the same leading dims, both float32 or (where
+    `native_weight_gradient_bfloat16()`) both bfloat16; returns (..., K, N) float32, accumulated
+    in float32 like XLA's product. XLA's CPU backend runs this contraction over the outer axis
+    of both operands far slower than a forward product of the same size (and for bfloat16
+    operands only through a transposed copy); the kernel packs chunks of rows into panels and
+    accumulates 12 × 32 tiles in AVX-512 registers or 6 × 16 tiles in AVX2 registers,
+    whichever the host has, and bfloat16 pairs of rows with AVX512_BF16's dot-product
+    instruction (`_native.cc`; figures in `s5jax.core._products`). Works under `jax.jit`,
+    `jax.vmap` and `jax.grad` (its VJP is two plain products, each gradient in its input's
+    dtype). Needs the native kernel (`native_available()`); `native_weight_gradient_tile()`
+    says which float32 tile this build has (a portable loop where neither: correct, not fast).
     """
     if a.ndim < 2 or g.ndim != a.ndim or a.shape[:-1] != g.shape[:-1]:
         raise ValueError(
             "native_weight_gradient: a (..., R, K) and g (..., R, N) with the same leading "
             f"dims, got shapes {a.shape} and {g.shape}"
         )
-    if a.dtype != jnp.float32 or g.dtype != jnp.float32:
-        raise ValueError(f"native_weight_gradient: float32 only, got {a.dtype} and {g.dtype}")
     if not native_available():
         raise RuntimeError(f"native_weight_gradient is unavailable: {native_build_error()}")
+    bf16 = a.dtype == g.dtype == jnp.bfloat16
+    if not (a.dtype == g.dtype == jnp.float32 or bf16):
+        raise ValueError(
+            f"native_weight_gradient: float32 or bfloat16 operands, got {a.dtype} and {g.dtype}"
+        )
+    if bf16 and not native_weight_gradient_bfloat16():
+        raise ValueError(
+            "native_weight_gradient: this build has no bfloat16 tile (it needs a CPU with "
+            "AVX512_BF16); pass float32 operands"
+        )
     return _weight_gradient(a, g)
+
+
+def native_weight_gradient_bfloat16() -> bool:
+    """Whether the native library is available and was built with the bfloat16 weight-gradient
+    tile (a CPU with AVX512_BF16: `native_weight_gradient` then takes bfloat16 operands)."""
+    return native_available() and _state.get("weight_gradient_bf16", False)
+
+
+def native_host_has_amx() -> bool:
+    """Whether the native build's host has AMX tiles for bfloat16 (`-march=native` defined
+    `__AMX_BF16__`); False where the library is unavailable."""
+    return native_available() and _state.get("amx", False)
 
 
 def native_weight_gradient_tile() -> str:

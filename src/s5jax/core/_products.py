@@ -101,10 +101,25 @@ shapes, a `/tmp` script, 15 calls each in three rounds, ms, XLA's per-example pr
 784, 128) × (…, 256) 13.2 / 10.5 and 12.6 / 10.1). Whole float32 training steps there, XLA's weight
 gradients / the native kernel, interleaved in one process (`benchmarks/products.py --switch
 native-float32-wg --repeats 5`): Retrieval 1.26, Image 1.19, ListOps 1.18, sMNIST 1.16, Pathfinder
-1.14, Text 1.06. Used on one CPU device where the native build has a vector tile
-(`s5jax.core._native.native_weight_gradient_tile()`); the AVX-512 tile has been measured on that AMD
-host only (not yet on an Intel Xeon or an AVX-512 AMD EPYC of family 25):
-`NATIVE_FLOAT32_WEIGHT_GRADIENT = False` gives XLA's products back.
+1.14, Text 1.06; on a 2-core AMD EPYC of family 25 (Zen 4, whose AVX-512 runs as two 256-bit
+halves; 2026-12-02, the same command): Retrieval 1.15, sMNIST 1.16, Pathfinder 1.13, ListOps 1.11,
+Image 1.09, Text 1.02. Used on one CPU device where the native build has a vector tile
+(`s5jax.core._native.native_weight_gradient_tile()`); the AVX-512 tile has been measured on those
+two AMD hosts (not yet on an Intel Xeon): `NATIVE_FLOAT32_WEIGHT_GRADIENT = False` gives XLA's
+products back.
+
+The bfloat16 weight gradient with the native library (`NATIVE_BF16_WEIGHT_GRADIENT`, since
+2026-12-02): where the build has AVX512_BF16 and the host no AMX, the mixed-precision weight
+gradient (both operands bfloat16, float32 sums) is one `native_weight_gradient` call on the
+bfloat16 operands as they are stored, instead of the transposed copy above and XLA's product: the
+same 12 × 32 tiles, each step two rows at once (VDPBF16PS adds both products of a pair of
+bfloat16 words into a float32 lane). On the 2-core Zen 4 EPYC (`benchmarks/weight_gradient.py`,
+figures in `benchmarks/README.md`) the layer benchmark's C̃ gradient, 32,768 rows, 512 × 128,
+took 25.2 ms through the copy and XLA (the copy alone 7.9) and 15.9 ms in the kernel; whole bf16
+training steps, the copy and XLA / the kernel, interleaved (`benchmarks/products.py --switch
+native-bf16-wg --precision bf16 --repeats 5`): Text and Pathfinder 1.07, ListOps 1.05,
+Retrieval and sCIFAR 1.04, Image 1.02, psMNIST 1.01, Speech 1.00, sMNIST 0.99. Not used on AMX
+hosts, where XLA's bfloat16 products may run on AMX tiles (not measured against the kernel).
 
 Forward mode: a custom VJP has no `jax.jvp`. `VMAP_FRIENDLY_GRADIENT = False` (read when a
 function is traced) makes `matmul` and `scale_columns` the plain products, so that `jax.jvp`,
@@ -162,6 +177,15 @@ NATIVE_FLOAT32_WEIGHT_GRADIENT = True
 6 × 16 AVX2 or 12 × 32 AVX-512 tiles) instead of XLA's product, on one CPU device whose native
 build has a vector tile (see the module docstring for the hosts it was measured on). Read when
 a function is traced."""
+
+NATIVE_BF16_WEIGHT_GRADIENT = True
+"""Whether bfloat16 weight gradients (mixed-precision products on one CPU device, reduced-precision
+gradient products) run through `s5jax.core._native.native_weight_gradient`'s bfloat16 tile
+(pairs of rows, AVX512_BF16 dot products, float32 sums) instead of a transposed copy of the
+left operand (`native_transpose`, `_rows_to_columns`) and XLA's product, where the native build
+has that tile and its host has no AMX (whose bfloat16 tiles XLA's products may use; not
+measured). See the module docstring for the host it was measured on. Read when a function is
+traced."""
 
 MASTER_WEIGHT_GRADIENT = True
 """Whether `matmul(..., operand_dtype=...)` casts inside the product, so that a float32 weight's
@@ -306,6 +330,8 @@ def _gradients(preferred_element_type, a, b, g):
     if REDUCED_PRECISION_GRADIENT and _mixed_precision(a, b, preferred_element_type):
         g = g.astype(a.dtype)
         da = _input_gradient(g, b, preferred_element_type)
+        if _native_bf16_weight_gradient(a, g, preferred_element_type):
+            return da, _native.native_weight_gradient(a, g)
         db = jnp.matmul(_rows_to_columns(a), g, preferred_element_type=preferred_element_type)
         return da, db
     if _native_float32_weight_gradient(a, b, g, preferred_element_type):
@@ -350,10 +376,13 @@ def _batch_matmul_bwd(preferred_element_type, operand_dtype, input_dtypes, resid
         g = g.astype(a.dtype)
         da = _input_gradient(g, b, preferred_element_type)  # for every example at once
         n, m, k = a.shape
-        db = jnp.matmul(
-            _native.native_transpose(a.reshape(n * m, k)), g.reshape(n * m, g.shape[-1]),
-            preferred_element_type=preferred_element_type,
-        )  # fmt: skip
+        a2, g2 = a.reshape(n * m, k), g.reshape(n * m, g.shape[-1])
+        if _native_bf16_weight_gradient(a2, g2, preferred_element_type):
+            db = _native.native_weight_gradient(a2, g2)
+        else:
+            db = jnp.matmul(
+                _native.native_transpose(a2), g2, preferred_element_type=preferred_element_type
+            )
         return da.astype(input_dtypes[0]), db.astype(input_dtypes[1])
     if _native_float32_weight_gradient(a, b, g, preferred_element_type):
         n, m, k = a.shape
@@ -378,6 +407,20 @@ def _native_weight_gradient(a, b, preferred_element_type) -> bool:
         and _mixed_precision(a, b, preferred_element_type)
         and jax.device_count() == 1
         and _native.native_available()
+    )
+
+
+def _native_bf16_weight_gradient(a, g, preferred_element_type) -> bool:
+    """Whether a mixed-precision weight gradient aᵀ g (both bfloat16, float32 sums) runs through
+    `native_weight_gradient`'s bfloat16 tile (`NATIVE_BF16_WEIGHT_GRADIENT`): one CPU device, a
+    native build with that tile (AVX512_BF16) on a host without AMX."""
+    return (
+        NATIVE_BF16_WEIGHT_GRADIENT
+        and a.dtype == g.dtype == jnp.bfloat16
+        and jnp.dtype(preferred_element_type) == jnp.float32
+        and jax.device_count() == 1
+        and _native.native_weight_gradient_bfloat16()
+        and not _native.native_host_has_amx()
     )
 
 
