@@ -113,9 +113,11 @@ The bfloat16 weight gradient with the native library (`NATIVE_BF16_WEIGHT_GRADIE
 gradient (both operands bfloat16, float32 sums) is one `native_weight_gradient` call on the
 bfloat16 operands as they are stored, instead of the transposed copy above and XLA's product: the
 same 12 × 32 tiles, each step two rows at once (VDPBF16PS adds both products of a pair of
-bfloat16 words into a float32 lane). On the 2-core Zen 4 EPYC (`benchmarks/weight_gradient.py`,
-figures in `benchmarks/README.md`) the layer benchmark's C̃ gradient, 32,768 rows, 512 × 128,
-took 25.2 ms through the copy and XLA (the copy alone 7.9) and 15.9 ms in the kernel; whole bf16
+bfloat16 words into a float32 lane). On the 2-core Zen 4 EPYC (`benchmarks/weight_gradient.py
+--out weight-gradient-zen4-epyc`, figures in `benchmarks/README.md`) the copy and XLA's product /
+the kernel took 24.1 / 14.1 ms for the layer benchmark's C̃ gradient (32,768 rows, 512 × 128),
+12.3 / 7.6 for its B̃ gradient (32,768 rows, 128 × 256), 6.2 / 4.1 and 9.9 / 8.4 at 8,000 and
+39,200 rows, and the kernel's sums were closer to the float64 contraction; whole bf16
 training steps, the copy and XLA / the kernel, interleaved (`benchmarks/products.py --switch
 native-bf16-wg --precision bf16 --repeats 5`): Text and Pathfinder 1.07, ListOps 1.05,
 Retrieval and sCIFAR 1.04, Image 1.02, psMNIST 1.01, Speech 1.00, sMNIST 0.99. Not used on AMX
