@@ -1028,8 +1028,10 @@ inline void WgTile(const float* ap, const float* gp, int64_t rows, float* c, int
 // bfloat16 operands (mixed-precision products: s5jax.core._products), float32 sums, in a build
 // with AVX512_BF16: the same 12 × 32 tiles, each step of the loop two rows at once. A packed
 // word holds one element of each of the two rows (the first in its low half), and VDPBF16PS
-// adds both products of a pair of words into a float32 lane. Without AVX512_BF16 the bfloat16
-// weight gradient stays with XLA (a transposed copy and its product; s5jax.core._products).
+// adds both products of a pair of words into a float32 lane (rounding to nearest even, with
+// denormal inputs read as zero and denormal results flushed: magnitudes below 1.2e-38). Without
+// AVX512_BF16 the bfloat16 weight gradient stays with XLA (a transposed copy and its product;
+// s5jax.core._products).
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 constexpr bool kWgBf16 = true;
 template <int MR>
@@ -1058,8 +1060,10 @@ inline void WgTileBf16(const uint32_t* ap, const uint32_t* gp, int64_t steps, fl
 inline void InterleaveRows(const uint16_t* r0, const uint16_t* r1, int64_t n, uint32_t* out) {
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) {
-    const __m512i x0 = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + k)));
-    const __m512i x1 = r1 ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + k)))
+    const auto* p0 = reinterpret_cast<const __m256i*>(r0 + k);
+    const __m512i x0 = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p0));
+    const __m512i x1 = r1 ? _mm512_cvtepu16_epi32(
+                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + k)))
                           : _mm512_setzero_si512();
     _mm512_storeu_si512(out + k, _mm512_or_si512(x0, _mm512_slli_epi32(x1, 16)));
   }
