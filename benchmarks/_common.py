@@ -45,15 +45,23 @@ import numpy as np  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def cpu_model() -> str:
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo ({} where it cannot be read)."""
+    fields = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():  # the first processor's block is enough
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    return fields
+
+
+def cpu_model() -> str:
+    return _cpuinfo().get("model name") or platform.processor() or "unknown"
 
 
 def device_info() -> dict:
@@ -81,33 +89,17 @@ def cpu_isa() -> list[str]:
     """The CPU's vector instruction-set flags that move these benchmarks (/proc/cpuinfo: AVX2,
     AVX-512 and its bf16/fp16 parts, AMX), [] where unknown. The model name alone does not
     tell them apart (some hosts report only "Intel(R) Xeon(R) Processor")."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return sorted(
-                        w for w in set(line.split()[2:])
-                        if w in ("avx2", "fma") or w.startswith(("avx512", "amx"))
-                    )  # fmt: skip
-    except OSError:
-        pass
-    return []
+    flags = _cpuinfo().get("flags", "").split()
+    return sorted(
+        w for w in set(flags) if w in ("avx2", "fma") or w.startswith(("avx512", "amx"))
+    )  # fmt: skip
 
 
 def cpu_family_model() -> str:
     """/proc/cpuinfo's "vendor family/model", e.g. "AuthenticAMD 25/17" (Zen 4) or "26/2" (Zen
     5), "" where unknown. Virtual machines often report only "AMD EPYC" as the model name, and
     the two generations' AVX-512 differ (Zen 4 runs 512-bit operations as two 256-bit halves)."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if not line.strip():  # the first processor's block is enough
-                    break
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    except OSError:
-        return ""
+    fields = _cpuinfo()
     if "cpu family" not in fields:
         return ""
     family = f"{fields['cpu family']}/{fields.get('model', '?')}"
