@@ -386,6 +386,33 @@ def test_native_weight_gradient_equals_the_float64_contraction():
 
 
 @needs_native
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_native_weight_gradient_splits_columns_without_changing_a_bit(monkeypatch, dtype):
+    # Few rows (one block of at most 2,048 per batch element) and several threads: the kernel
+    # splits a's columns into ranges of whole panels, one unit each. Every thread count
+    # (S5JAX_NATIVE_THREADS, read at each call) gives the same bits as one thread, and all are
+    # the float64 contraction to float32 accuracy; K = 200 leaves a partial last panel in the
+    # last range (AVX-512: 16 panels of 12 and one of 8), the batch of 3 one block each.
+    if dtype == "bfloat16" and not _native.native_weight_gradient_bfloat16():
+        pytest.skip("no AVX512_BF16 on this host")
+    rng = np.random.default_rng(18)
+    f = jax.jit(_native.native_weight_gradient)
+    for sa, sg in (((2048, 200), (2048, 70)), ((3, 700, 200), (3, 700, 33)), ((90, 25), (90, 40))):
+        a = jnp.asarray(rng.normal(size=sa), dtype)
+        g = jnp.asarray(rng.normal(size=sg), dtype)
+        results = []
+        for threads in ("1", "2", "3", "8"):
+            monkeypatch.setenv("S5JAX_NATIVE_THREADS", threads)
+            results.append(np.asarray(f(a, g)))
+        for got in results[1:]:
+            np.testing.assert_array_equal(got, results[0])
+        a64, g64 = np.asarray(a, np.float64), np.asarray(g, np.float64)
+        want = np.einsum("...rk,...rn->...kn", a64, g64)
+        scale = np.einsum("...rk,...rn->...kn", np.abs(a64), np.abs(g64))
+        assert np.all(np.abs(results[0] - want) <= 2e-6 * scale + 1e-7), sa
+
+
+@needs_native
 def test_native_weight_gradient_tile_is_the_hosts_widest_vectors():
     # The build is -march=native: AVX-512 registers where the CPU reports avx512f, else AVX2
     # and FMA where it reports both (the kernel is then used for float32 weight gradients).

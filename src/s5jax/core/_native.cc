@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <complex>
 #include <cstdint>
@@ -1089,13 +1090,14 @@ constexpr bool kWgBf16 = false;
 #endif
 
 // The two element types' packing: In (as stored), Word (a packed panel's unit, 4 bytes), kStep
-// rows a step of the tile's loop. Step(src, n, left, buf): the words of the step whose first
-// row (n elements) starts at src, with `left` rows from there to the end of the chunk.
+// rows a step of the tile's loop. Step(src, n, stride, left, buf): the words of the step whose
+// first row (n elements, rows `stride` elements apart) starts at src, with `left` rows from there
+// to the end of the chunk.
 struct WgFloat32 {
   using In = float;
   using Word = float;
   static constexpr int64_t kStep = 1;
-  static const Word* Step(const In* src, int64_t, int64_t, Word*) { return src; }
+  static const Word* Step(const In* src, int64_t, int64_t, int64_t, Word*) { return src; }
   template <int MR>
   static void Tile(const Word* ap, const Word* gp, int64_t steps, float* c, int64_t ldc) {
     WgTile<MR>(ap, gp, steps, c, ldc);
@@ -1107,8 +1109,8 @@ struct WgBfloat16 {
   using In = uint16_t;
   using Word = uint32_t;
   static constexpr int64_t kStep = 2;
-  static const Word* Step(const In* src, int64_t n, int64_t left, Word* buf) {
-    InterleaveRows(src, left > 1 ? src + n : nullptr, n, buf);
+  static const Word* Step(const In* src, int64_t n, int64_t stride, int64_t left, Word* buf) {
+    InterleaveRows(src, left > 1 ? src + stride : nullptr, n, buf);
     return buf;
   }
   template <int MR>
@@ -1148,26 +1150,27 @@ void WgPanelRemainder(int64_t rem, const typename Kern::Word* ap,
   }
 }
 
-// c (K, N) += a[0:R]ᵀ g[0:R]; apack, gpack: kWgRows · (K + kWgMR), kWgRows · (N + kWgNR) words;
-// arow, grow: K and N words (a step's words, where Kern packs them).
+// c (K, N) += a[0:R]ᵀ g[0:R], the K columns of a's rows lda elements apart (K ≤ lda: a range of
+// a's columns); apack, gpack: kWgRows · (K + kWgMR), kWgRows · (N + kWgNR) words; arow, grow: K
+// and N words (a step's words, where Kern packs them).
 template <typename Kern>
 void WgRows(const typename Kern::In* a, const typename Kern::In* g, int64_t R, int64_t K,
-            int64_t N, float* c, typename Kern::Word* apack, typename Kern::Word* gpack,
-            typename Kern::Word* arow, typename Kern::Word* grow) {
+            int64_t lda, int64_t N, float* c, typename Kern::Word* apack,
+            typename Kern::Word* gpack, typename Kern::Word* arow, typename Kern::Word* grow) {
   using Word = typename Kern::Word;
   constexpr int64_t S = Kern::kStep;
   const int64_t KM = K / kWgMR, rem = K - kWgMR * KM, NP = (N + kWgNR - 1) / kWgNR;
   for (int64_t r = 0; r < R; r += kWgRows) {
     const int64_t rows = std::min(kWgRows, R - r), steps = (rows + S - 1) / S;
     for (int64_t k = 0; k < steps; ++k) {  // step by step: sequential reads of a and g
-      const Word* gk = Kern::Step(g + (r + S * k) * N, N, rows - S * k, grow);
+      const Word* gk = Kern::Step(g + (r + S * k) * N, N, N, rows - S * k, grow);
       for (int64_t jp = 0; jp < NP; ++jp) {
         Word* dst = gpack + (jp * steps + k) * kWgNR;
         const int64_t cols = std::min<int64_t>(kWgNR, N - kWgNR * jp);
         std::memcpy(dst, gk + kWgNR * jp, static_cast<size_t>(cols) * sizeof(Word));
         for (int64_t j = cols; j < kWgNR; ++j) dst[j] = Word{0};
       }
-      const Word* ak = Kern::Step(a + (r + S * k) * K, K, rows - S * k, arow);
+      const Word* ak = Kern::Step(a + (r + S * k) * lda, K, lda, rows - S * k, arow);
       for (int64_t ip = 0; ip < KM; ++ip) {
         std::memcpy(apack + (ip * steps + k) * kWgMR, ak + kWgMR * ip, kWgMR * sizeof(Word));
       }
@@ -1183,7 +1186,12 @@ void WgRows(const typename Kern::In* a, const typename Kern::In* g, int64_t R, i
   }
 }
 
-// a (B, R, K), g (B, R, N) → c (B, K, N): c[b] = Σ_r a[b, r]ᵀ g[b, r].
+// a (B, R, K), g (B, R, N) → c (B, K, N): c[b] = Σ_r a[b, r]ᵀ g[b, r]. A unit of work is one
+// block of rows of one batch element and one range of a's columns (c's rows): where the blocks
+// are fewer than the threads (a batch of 2 × 1,024 rows was one block, so one thread ran every
+// weight gradient of sCIFAR's step while the other waited), the columns are split into ranges
+// of whole kWgMR panels, each range packing its own copy of g's chunks. A panel's sums do
+// not depend on the range it is in, so every split gives the same bits (tests/test_scan_native.py).
 template <typename Kern>
 void WeightGradient(const typename Kern::In* a, const typename Kern::In* g, float* c, int64_t B,
                     int64_t R, int64_t K, int64_t N) {
@@ -1191,18 +1199,28 @@ void WeightGradient(const typename Kern::In* a, const typename Kern::In* g, floa
   const int64_t most = std::max<int64_t>(2, kWgPartialFloats / std::max<int64_t>(1, KN));
   const int64_t blocks = std::clamp<int64_t>((R + kWgBlock - 1) / kWgBlock, 1, most);
   const int64_t block_rows = (R + blocks - 1) / blocks;
-  const int64_t units = B * blocks;
-  std::vector<float> partial(static_cast<size_t>(units * KN), 0.0f);
-  ParallelOver(units, B * R * KN / 16, [&](int64_t u0, int64_t u1) {
+  const int64_t elements = B * R * KN / 16;
+  const int64_t panels = (K + kWgMR - 1) / kWgMR;
+  const int64_t want = Threads(std::numeric_limits<int64_t>::max(), elements);
+  const int64_t parts = std::clamp<int64_t>((want + B * blocks - 1) / (B * blocks), 1, panels);
+  const int64_t part_panels = (panels + parts - 1) / parts;
+  const int64_t units = B * blocks * parts;
+  std::vector<float> partial(static_cast<size_t>(B * blocks * KN), 0.0f);
+  ParallelOver(units, elements, [&](int64_t u0, int64_t u1) {
     using Word = typename Kern::Word;
-    std::vector<Word> apack(static_cast<size_t>(kWgRows * (K + kWgMR)));
+    const int64_t width = std::min(K, part_panels * kWgMR);
+    std::vector<Word> apack(static_cast<size_t>(kWgRows * (width + kWgMR)));
     std::vector<Word> gpack(static_cast<size_t>(kWgRows * (N + kWgNR)));
-    std::vector<Word> arow(static_cast<size_t>(K)), grow(static_cast<size_t>(N));
+    std::vector<Word> arow(static_cast<size_t>(width)), grow(static_cast<size_t>(N));
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t b = u / blocks, r0 = std::min(R, (u % blocks) * block_rows);
+      const int64_t bb = u / parts, b = bb / blocks, r0 = std::min(R, (bb % blocks) * block_rows);
       const int64_t rows = std::min(R, r0 + block_rows) - r0;
-      WgRows<Kern>(a + (b * R + r0) * K, g + (b * R + r0) * N, rows, K, N,
-                   partial.data() + u * KN, apack.data(), gpack.data(), arow.data(), grow.data());
+      const int64_t k0 = std::min(K, (u % parts) * part_panels * kWgMR);
+      const int64_t k1 = std::min(K, k0 + part_panels * kWgMR);
+      if (k1 <= k0) continue;
+      WgRows<Kern>(a + (b * R + r0) * K + k0, g + (b * R + r0) * N, rows, k1 - k0, K, N,
+                   partial.data() + bb * KN + k0 * N, apack.data(), gpack.data(), arow.data(),
+                   grow.data());
     }
   });
   for (int64_t b = 0; b < B; ++b) {
