@@ -104,9 +104,11 @@ native-float32-wg --repeats 5`): Retrieval 1.26, Image 1.19, ListOps 1.18, sMNIS
 1.14, Text 1.06; on a 2-core AMD EPYC of family 25 (Zen 4, whose AVX-512 runs as two 256-bit
 halves; 2026-12-02, the same command): Retrieval 1.15, sMNIST 1.16, Pathfinder 1.13, ListOps 1.11,
 Image 1.09, Text 1.02. Used on one CPU device where the native build has a vector tile
-(`s5jax.core._native.native_weight_gradient_tile()`); the AVX-512 tile has been measured on those
-two AMD hosts (not yet on an Intel Xeon): `NATIVE_FLOAT32_WEIGHT_GRADIENT = False` gives XLA's
-products back.
+(`s5jax.core._native.native_weight_gradient_tile()`); on a 2-core Intel Xeon with AMX
+(2026-12-02, the same command): ListOps 1.22, psMNIST 1.19, sMNIST 1.18, Retrieval 1.10,
+Pendulum 1.10, Text, Image and Pathfinder 1.08, sCIFAR 0.99 (the products alone 1.4–1.6×
+faster than XLA's, `benchmarks/weight_gradient.py`). `NATIVE_FLOAT32_WEIGHT_GRADIENT = False`
+gives XLA's products back.
 
 The bfloat16 weight gradient with the native library (`NATIVE_BF16_WEIGHT_GRADIENT`, since
 2026-12-02): where the build has AVX512_BF16 and the host no AMX, the mixed-precision weight
@@ -121,7 +123,10 @@ the kernel took 24.1 / 14.1 ms for the layer benchmark's C̃ gradient (32,768 ro
 training steps, the copy and XLA / the kernel, interleaved (`benchmarks/products.py --switch
 native-bf16-wg --precision bf16 --repeats 5`): Text and Pathfinder 1.07, ListOps 1.05,
 Retrieval and sCIFAR 1.04, Image 1.02, psMNIST 1.01, Speech 1.00, sMNIST 0.99. Not used on AMX
-hosts, where XLA's bfloat16 products may run on AMX tiles (not measured against the kernel).
+hosts, where XLA's bfloat16 products run on AMX tiles: on a 2-core Intel Xeon (2026-12-02,
+`benchmarks/weight_gradient.py --out weight-gradient-xeon`) the copy and XLA's product took
+10.2 ms for the C̃ gradient above against the kernel's 25.4, 3.1–7.4 against 7.1–15.4 at the
+other three shapes.
 
 Forward mode: a custom VJP has no `jax.jvp`. `VMAP_FRIENDLY_GRADIENT = False` (read when a
 function is traced) makes `matmul` and `scale_columns` the plain products, so that `jax.jvp`,
