@@ -169,6 +169,55 @@ def test_each_activation_equals_its_spec_formula(activation, getkey):
     np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("activation", ["gelu", "full_glu", "half_glu1", "half_glu2"])
+def test_recomputed_activation_gives_the_stored_ones_values_and_gradients(
+    activation, monkeypatch, getkey
+):
+    # `RECOMPUTE_ELEMENTWISE` (float32 layers): the activation's backward pass recomputes GELU,
+    # the sigmoid and the dropouts from their inputs. A batch of sequences with dropout and
+    # BatchNorm, in training mode: the loss and every parameter's gradient against the layer
+    # with the flag off (stored intermediates), and the recomputation is in the traced
+    # gradient (a checkpoint per elementwise block) only with the flag on and in float32.
+    from s5jax.nn import _layers
+
+    layer = SequenceLayer(
+        S5SSM(6, 8, key=getkey()), norm="batch", activation=activation, dropout=0.3,
+        key=getkey(),
+    )  # fmt: skip
+    x = jax.random.normal(getkey(), (3, 12, 6))
+    keys = jax.random.split(getkey(), 3)
+
+    def loss(model, state):
+        out, _ = _batched(
+            lambda xi, k: model(xi, state, key=k, inference=False), (0, 0)
+        )(x, keys)
+        return jnp.sum(jnp.sin(out))
+
+    def grad_jaxpr(model):
+        return str(jax.make_jaxpr(eqx.filter_grad(loss))(model, eqx.nn.State(model)))
+
+    results, remats = {}, {}
+    for flag in (True, False):
+        monkeypatch.setattr(_layers, "RECOMPUTE_ELEMENTWISE", flag)
+        step = eqx.filter_jit(eqx.filter_value_and_grad(loss))
+        results[flag] = step(layer, eqx.nn.State(layer))
+        jaxpr = grad_jaxpr(layer)
+        remats[flag] = jaxpr.count("checkpoint[") + jaxpr.count("remat")
+    (v1, g1), (v0, g0) = results[True], results[False]
+    np.testing.assert_allclose(float(v1), float(v0), rtol=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g0), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    assert remats[False] == 0 and remats[True] >= (1 if activation == "gelu" else 2), remats
+
+    bf16 = SequenceLayer(
+        S5SSM(6, 8, key=getkey(), precision="bf16"), norm="batch", activation=activation,
+        dropout=0.3, precision="bf16", key=getkey(),
+    )  # fmt: skip
+    monkeypatch.setattr(_layers, "RECOMPUTE_ELEMENTWISE", True)
+    jaxpr = grad_jaxpr(bf16)
+    assert jaxpr.count("checkpoint[") + jaxpr.count("remat") == 0
+
+
 def test_exact_gelu_is_selectable(getkey):
     layer = SequenceLayer(
         S5SSM(3, 4, key=getkey()), norm="layer", activation="gelu", gelu_approximate=False,
