@@ -188,9 +188,7 @@ def test_recomputed_activation_gives_the_stored_ones_values_and_gradients(
     keys = jax.random.split(getkey(), 3)
 
     def loss(model, state):
-        out, _ = _batched(
-            lambda xi, k: model(xi, state, key=k, inference=False), (0, 0)
-        )(x, keys)
+        out, _ = _batched(lambda xi, k: model(xi, state, key=k, inference=False), (0, 0))(x, keys)
         return jnp.sum(jnp.sin(out))
 
     def grad_jaxpr(model):
