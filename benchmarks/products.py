@@ -28,8 +28,14 @@ vector tile) against XLA's products.
 the native kernel's bfloat16 tile (`NATIVE_BF16_WEIGHT_GRADIENT`, as shipped where the build has
 AVX512_BF16 and the host no AMX) against a transposed copy and XLA's product.
 
+`--switch native-planar-mixed` (with `--precision bf16`) compares the planar scan and its two
+bfloat16 products as one custom VJP whose kernels write the bfloat16 operands themselves
+(`s5jax.core._mixed.NATIVE_PLANAR_MIXED`, as shipped) against the three pieces with their own
+VJPs (a convert pass over the states forward and over b̄ backward).
+
     .venv/bin/python benchmarks/products.py [--configs listops,text,...] [--repeats N]
-        [--switch vmap-friendly|master-weight|native-planar|native-float32-wg|native-bf16-wg]
+        [--switch vmap-friendly|master-weight|native-planar|native-float32-wg|native-bf16-wg|
+                  native-planar-mixed]
         [--precision fp32|bf16] [--paper] [--batch N] [--out NAME]
 """
 
@@ -44,7 +50,7 @@ import train_step as ts
 from _common import device_info, out_name, print_table, time_interleaved, write_json
 
 from s5jax.config import load_experiment
-from s5jax.core import _products, _ssm
+from s5jax.core import _mixed, _products, _ssm
 
 DEFAULT_CONFIGS = "listops,text,retrieval,image,pathfinder,pendulum,smnist,psmnist,scifar"
 
@@ -55,6 +61,7 @@ SWITCHES = {  # --switch: (module, its flag, the names of the variants with it o
     "native-planar": (_ssm, "NATIVE_PLANAR", "planar", "complex"),
     "native-float32-wg": (_products, "NATIVE_FLOAT32_WEIGHT_GRADIENT", "native wg", "xla wg"),
     "native-bf16-wg": (_products, "NATIVE_BF16_WEIGHT_GRADIENT", "native bf16 wg", "xla bf16 wg"),
+    "native-planar-mixed": (_mixed, "NATIVE_PLANAR_MIXED", "one vjp", "three vjps"),
 }
 
 

@@ -36,6 +36,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -93,6 +94,33 @@ inline void CopyRow(void* dst, const void* src, size_t bytes, bool stream, bool 
   (void)stream;
   (void)narrow;
   std::memcpy(d + i, s + i, bytes - i);
+}
+
+// float32 → bfloat16 (the upper 16 bits) rounded to nearest, ties to even, a NaN kept a quiet
+// NaN, subnormals kept: the conversion XLA's own convert makes (`x.astype(jnp.bfloat16)`), so a
+// kernel's bfloat16 copy of its float32 output has the bits that convert would give
+// (tests/test_scan_native.py checks them). A plain loop over a row; the compiler vectorises it.
+// (AVX512_BF16's VCVTNEPS2BF16 flushes subnormals to zero, so it is not used.)
+inline void ToBfloat16(uint16_t* __restrict dst, const float* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, sizeof(u));
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet = (u >> 16) | 0x40u;
+    dst[i] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet : rounded);
+  }
+}
+
+// n results from `src` into an output row of R (copied) or of bfloat16 (converted through `tmp`,
+// n elements of scratch), with streaming stores where `stream`.
+template <typename R>
+inline void PutRow(R* dst, const R* src, int64_t n, bool stream, uint16_t* /*tmp*/) {
+  CopyRow(dst, src, static_cast<size_t>(n) * sizeof(R), stream);
+}
+
+inline void PutRow(uint16_t* dst, const float* src, int64_t n, bool stream, uint16_t* tmp) {
+  ToBfloat16(tmp, src, n);
+  CopyRow(dst, tmp, static_cast<size_t>(n) * sizeof(uint16_t), stream);
 }
 
 inline void StreamFence(bool stream) {
@@ -394,6 +422,10 @@ void Adjoint(const T* a_in, const T* g_in, const T* x_in, T* lam_out, T* a_bar_o
 //            λ_k = g_k + conj(a) ⊙ λ_{k+1} (k−1 for x←), b̄_k = Σ_d λ_{d,k},
 //            ā = Σ_d Σ_k conj(x_{d,k−1}) ⊙ λ_{d,k} (x_{k+1} for x←), as the pair (∂/∂Re a, ∂/∂Im a).
 // The lanes of Re and Im are separate rows, so the inner loops vectorise as they are.
+// Mixed precision ("s5jax_planar_mixed", "s5jax_planar_adjoint_mixed"; float32 only): the
+// forward pass also writes the states rounded to bfloat16 (x16), the operand of C̃'s bfloat16
+// product, and the adjoint writes b̄ rounded to bfloat16 only, the operand of B̃'s gradient
+// products. Each saves a convert pass over an array as large as the states (s5jax.core._mixed).
 // Work units: (sequence, block of lanes). The lanes' recurrences are independent, so one
 // sequence (e.g. batch 1) still splits over the threads, and each unit runs every direction of
 // its lanes (their b̄ rows add up with no other thread touching them). Blocks are whole multiples
@@ -454,12 +486,15 @@ inline void PlanarAdd(R* __restrict out_r, R* __restrict out_i, const R* __restr
 }
 
 template <typename R>
-void PlanarForward(const R* a, const R* b, R* x, int64_t N, int64_t L, int64_t P, int64_t D) {
+void PlanarForward(const R* a, const R* b, R* x, uint16_t* x16, int64_t N, int64_t L, int64_t P,
+                   int64_t D) {  // x16: nullptr, or (float32 only) the states' bfloat16 copy
   const int64_t W = 2 * D * P;  // reals per output row
   const bool stream = N * L * W * static_cast<int64_t>(sizeof(R)) >= kStreamBytes;
+  const bool stream16 = N * L * W * static_cast<int64_t>(sizeof(uint16_t)) >= kStreamBytes;
   const Lanes lanes = SplitLanes(N, P, N * L * P * D);
   ParallelOver(N * lanes.blocks, N * L * P * D, [=](int64_t u0, int64_t u1) {
     std::vector<R> s(static_cast<size_t>(2 * P));
+    std::vector<uint16_t> tmp(x16 != nullptr ? static_cast<size_t>(P) : 0);
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n = u / lanes.blocks, j = u % lanes.blocks;
       const int64_t p0 = lanes.Begin(P, j), Pj = lanes.Begin(P, j + 1) - p0;
@@ -482,10 +517,17 @@ void PlanarForward(const R* a, const R* b, R* x, int64_t N, int64_t L, int64_t P
           R* out = x + (n * L + k) * W + p0;
           CopyRow(out + d * P, sr, row, stream);
           CopyRow(out + (D + d) * P, si, row, stream);
+          if constexpr (std::is_same_v<R, float>) {
+            if (x16 != nullptr) {
+              uint16_t* out16 = x16 + (n * L + k) * W + p0;
+              PutRow(out16 + d * P, sr, Pj, stream16, tmp.data());
+              PutRow(out16 + (D + d) * P, si, Pj, stream16, tmp.data());
+            }
+          }
         }
       }
     }
-    StreamFence(stream);
+    StreamFence(stream || (x16 != nullptr && stream16));
   }, kPlanarPerThread);
 }
 
@@ -514,17 +556,18 @@ inline void StoreABar(R* abn, const std::vector<double>& total, int64_t Pj, int6
 // old and new code in alternating processes; docs/results.md).
 constexpr int64_t kAdjointChunk = 32;
 
-template <typename R>
-void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, R* b_bar, R* a_bar, int64_t N,
+template <typename R, typename O>  // O: b̄'s element type, R or (R float) bfloat16 as uint16_t
+void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, O* b_bar, R* a_bar, int64_t N,
                                 int64_t L, int64_t P) {
   const int64_t W = 4 * P, C = kAdjointChunk, chunks = (L + C - 1) / C;
-  const bool stream = N * L * 2 * P * static_cast<int64_t>(sizeof(R)) >= kStreamBytes;
+  const bool stream = N * L * 2 * P * static_cast<int64_t>(sizeof(O)) >= kStreamBytes;
   const Lanes lanes = SplitLanes(N, P, N * L * P * 2);
   ParallelOver(N * lanes.blocks, N * L * P * 2, [=](int64_t u0, int64_t u1) {
     std::vector<R> fwd(static_cast<size_t>(2 * P)), bwd(static_cast<size_t>(2 * P));
     std::vector<R> part(static_cast<size_t>(4 * P)), rows(static_cast<size_t>(2 * P * C));
     std::vector<R> kept(static_cast<size_t>(2 * P * chunks));
     std::vector<double> total(static_cast<size_t>(2 * P));
+    std::vector<uint16_t> tmp(static_cast<size_t>(P));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n = u / lanes.blocks, j = u % lanes.blocks;
       const int64_t p0 = lanes.Begin(P, j), Pj = lanes.Begin(P, j + 1) - p0;
@@ -533,7 +576,7 @@ void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, R* b_bar, R*
       const R* ai = ar + P;
       const R* gn = g + n * L * W + p0;  // + k·W + q·P: quarter q (Re→, Re←, Im→, Im←) of row k
       const R* xn = x + n * L * W + p0;
-      R* bn = b_bar + n * L * 2 * P + p0;
+      O* bn = b_bar + n * L * 2 * P + p0;
       R *fr = fwd.data(), *fi = fr + Pj, *br = bwd.data(), *bi = br + Pj;
       R *pfr = part.data(), *pfi = pfr + Pj, *pbr = pfi + Pj, *pbi = pbr + Pj;
       // λ←_k = g←_k + conj(a) λ←_{k−1}, from the first step; its value before each chunk kept.
@@ -565,8 +608,8 @@ void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, R* b_bar, R*
           PlanarStep(fr, fi, ar, ai, gn + k * W, gn + k * W + 2 * P, Pj, R(-1));
           R* sum = rows.data() + (k - k0) * 2 * Pj;  // λ← + λ→, then out
           PlanarAdd(sum, sum + Pj, fr, fi, Pj);
-          CopyRow(bn + k * 2 * P, sum, row, stream);
-          CopyRow(bn + k * 2 * P + P, sum + Pj, row, stream);
+          PutRow(bn + k * 2 * P, sum, Pj, stream, tmp.data());
+          PutRow(bn + k * 2 * P + P, sum + Pj, Pj, stream, tmp.data());
           if (k > 0) {  // ā→ += conj(x→_{k−1}) λ→_k
             PlanarAccumulate(pfr, pfi, xn + (k - 1) * W, xn + (k - 1) * W + 2 * P, fr, fi, Pj);
           }
@@ -585,20 +628,21 @@ void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, R* b_bar, R*
 
 // One direction (D = 1): λ from the last step back, b̄ rows streamed when large. D = 2 goes to
 // PlanarAdjointBidirectional.
-template <typename R>
-void PlanarAdjoint(const R* a, const R* g, const R* x, R* b_bar, R* a_bar, int64_t N, int64_t L,
+template <typename R, typename O>
+void PlanarAdjoint(const R* a, const R* g, const R* x, O* b_bar, R* a_bar, int64_t N, int64_t L,
                    int64_t P, int64_t D) {
   if (D == 2) {
     PlanarAdjointBidirectional(a, g, x, b_bar, a_bar, N, L, P);
     return;
   }
   const int64_t W = 2 * P;
-  const bool stream = N * L * 2 * P * static_cast<int64_t>(sizeof(R)) >= kStreamBytes;
+  const bool stream = N * L * 2 * P * static_cast<int64_t>(sizeof(O)) >= kStreamBytes;
   constexpr int64_t kFlush = 256;  // steps summed in R before adding into the double sum
   const Lanes lanes = SplitLanes(N, P, N * L * P);
   ParallelOver(N * lanes.blocks, N * L * P, [=](int64_t u0, int64_t u1) {
     std::vector<R> s(static_cast<size_t>(2 * P)), part(static_cast<size_t>(2 * P));
     std::vector<double> total(static_cast<size_t>(2 * P));
+    std::vector<uint16_t> tmp(static_cast<size_t>(P));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n = u / lanes.blocks, j = u % lanes.blocks;
       const int64_t p0 = lanes.Begin(P, j), Pj = lanes.Begin(P, j + 1) - p0;
@@ -621,9 +665,9 @@ void PlanarAdjoint(const R* a, const R* g, const R* x, R* b_bar, R* a_bar, int64
         PrefetchRow(x + n * L * W + p0, k - kAhead - 1, L, W, row);
         PrefetchRow(x + n * L * W + p0 + P, k - kAhead - 1, L, W, row);
         PlanarStep(lr, li, ar, ai, gr, gr + P, Pj, R(-1));  // λ ← g + conj(a) λ
-        R* out = b_bar + (n * L + k) * 2 * P + p0;
-        CopyRow(out, lr, row, stream);
-        CopyRow(out + P, li, row, stream);
+        O* out = b_bar + (n * L + k) * 2 * P + p0;
+        PutRow(out, lr, Pj, stream, tmp.data());
+        PutRow(out + P, li, Pj, stream, tmp.data());
         if (k > 0) {
           const R* xr = x + (n * L + k - 1) * W + p0;
           PlanarAccumulate(pr, pi, xr, xr + P, lr, li, Pj);
@@ -722,7 +766,8 @@ ffi::Error AdjointImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer g,
 }
 
 // b (N, L, 2P) real; a (N, 2P) of the same dtype; D directions.
-ffi::Error GetPlanarShape(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, Shape* out) {
+ffi::Error GetPlanarShape(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, Shape* out,
+                          bool same_dtype = true) {
   auto dims = b.dimensions();
   if (dims.size() < 2 || dims[dims.size() - 1] % 2 != 0) {
     return ffi::Error::InvalidArgument("s5jax_planar: b must be (..., L, 2P)");
@@ -735,40 +780,65 @@ ffi::Error GetPlanarShape(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, Shap
     return ffi::Error::InvalidArgument("s5jax_planar: a has " + std::to_string(a.element_count()) +
                                        " elements, expected " + std::to_string(s.N * 2 * s.P));
   }
-  if (a.element_type() != b.element_type()) {
+  if (same_dtype && a.element_type() != b.element_type()) {
     return ffi::Error::InvalidArgument("s5jax_planar: a and b must share a dtype");
   }
   *out = s;
   return ffi::Error::Success();
 }
 
-ffi::Error PlanarImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> x,
-                      bool bidirectional) {
-  PoolScope scope(&pool);
+// The planar forward pass; with `x16` (the mixed handler) float32 only, plus the bfloat16 copy.
+ffi::Error PlanarRun(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b, ffi::AnyBuffer& x,
+                     ffi::AnyBuffer* x16, bool bidirectional) {
   Shape s;
   if (auto err = GetPlanarShape(a, b, &s); !err.success()) return err;
   const int64_t D = bidirectional ? 2 : 1;
-  if (static_cast<int64_t>(x->element_count()) != s.N * s.L * 2 * D * s.P) {
+  const auto want = static_cast<size_t>(s.N * s.L * 2 * D * s.P);
+  if (x.element_count() != want || (x16 != nullptr && x16->element_count() != want)) {
     return ffi::Error::InvalidArgument("s5jax_planar: x must be (..., L, 2·D·P)");
+  }
+  if (x16 != nullptr) {
+    if (b.element_type() != ffi::DataType::F32 || x16->element_type() != ffi::DataType::BF16) {
+      return ffi::Error::InvalidArgument(
+          "s5jax_planar_mixed: b must be float32 and the copy bfloat16");
+    }
+    PlanarForward<float>(Data<float>(a), Data<float>(b), Data<float>(x),
+                         static_cast<uint16_t*>(x16->untyped_data()), s.N, s.L, s.P, D);
+    return ffi::Error::Success();
   }
   switch (b.element_type()) {
     case ffi::DataType::F32:
-      PlanarForward<float>(Data<float>(a), Data<float>(b), Data<float>(*x), s.N, s.L, s.P, D);
+      PlanarForward<float>(Data<float>(a), Data<float>(b), Data<float>(x), nullptr, s.N, s.L, s.P,
+                           D);
       return ffi::Error::Success();
     case ffi::DataType::F64:
-      PlanarForward<double>(Data<double>(a), Data<double>(b), Data<double>(*x), s.N, s.L, s.P, D);
+      PlanarForward<double>(Data<double>(a), Data<double>(b), Data<double>(x), nullptr, s.N, s.L,
+                            s.P, D);
       return ffi::Error::Success();
     default:
       return ffi::Error::InvalidArgument("s5jax_planar: dtype must be float32 or float64");
   }
 }
 
-ffi::Error PlanarAdjointImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer g, ffi::AnyBuffer x,
-                             ffi::Result<ffi::AnyBuffer> b_bar, ffi::Result<ffi::AnyBuffer> a_bar,
-                             bool bidirectional) {
+ffi::Error PlanarImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                      ffi::Result<ffi::AnyBuffer> x, bool bidirectional) {
   PoolScope scope(&pool);
+  return PlanarRun(a, b, *x, nullptr, bidirectional);
+}
+
+ffi::Error PlanarMixedImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                           ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::AnyBuffer> x16,
+                           bool bidirectional) {
+  PoolScope scope(&pool);
+  return PlanarRun(a, b, *x, &*x16, bidirectional);
+}
+
+// The planar adjoint; b̄ in bfloat16 where `b_bar` is (the mixed handler, float32 only).
+ffi::Error PlanarAdjointRun(const ffi::AnyBuffer& a, const ffi::AnyBuffer& g,
+                            const ffi::AnyBuffer& x, ffi::AnyBuffer& b_bar, ffi::AnyBuffer& a_bar,
+                            bool bidirectional) {
   Shape s;
-  if (auto err = GetPlanarShape(a, *b_bar, &s); !err.success()) return err;
+  if (auto err = GetPlanarShape(a, b_bar, &s, false); !err.success()) return err;
   const int64_t D = bidirectional ? 2 : 1;
   const int64_t want = s.N * s.L * 2 * D * s.P;
   if (static_cast<int64_t>(g.element_count()) != want ||
@@ -776,18 +846,36 @@ ffi::Error PlanarAdjointImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuf
       g.element_type() != a.element_type()) {
     return ffi::Error::InvalidArgument("s5jax_planar_adjoint: g and x must be (..., L, 2·D·P)");
   }
-  switch (g.element_type()) {
-    case ffi::DataType::F32:
-      PlanarAdjoint<float>(Data<float>(a), Data<float>(g), Data<float>(x), Data<float>(*b_bar),
-                           Data<float>(*a_bar), s.N, s.L, s.P, D);
-      return ffi::Error::Success();
-    case ffi::DataType::F64:
-      PlanarAdjoint<double>(Data<double>(a), Data<double>(g), Data<double>(x),
-                            Data<double>(*b_bar), Data<double>(*a_bar), s.N, s.L, s.P, D);
-      return ffi::Error::Success();
-    default:
-      return ffi::Error::InvalidArgument("s5jax_planar_adjoint: dtype must be float32 or float64");
+  const bool narrow = b_bar.element_type() == ffi::DataType::BF16;
+  if (narrow && g.element_type() == ffi::DataType::F32) {
+    PlanarAdjoint<float>(Data<float>(a), Data<float>(g), Data<float>(x),
+                         static_cast<uint16_t*>(b_bar.untyped_data()), Data<float>(a_bar), s.N,
+                         s.L, s.P, D);
+    return ffi::Error::Success();
   }
+  if (!narrow && b_bar.element_type() == g.element_type()) {
+    switch (g.element_type()) {
+      case ffi::DataType::F32:
+        PlanarAdjoint<float>(Data<float>(a), Data<float>(g), Data<float>(x), Data<float>(b_bar),
+                             Data<float>(a_bar), s.N, s.L, s.P, D);
+        return ffi::Error::Success();
+      case ffi::DataType::F64:
+        PlanarAdjoint<double>(Data<double>(a), Data<double>(g), Data<double>(x),
+                              Data<double>(b_bar), Data<double>(a_bar), s.N, s.L, s.P, D);
+        return ffi::Error::Success();
+      default:
+        break;
+    }
+  }
+  return ffi::Error::InvalidArgument(
+      "s5jax_planar_adjoint: dtype must be float32 or float64 (b̄ in bfloat16: float32 only)");
+}
+
+ffi::Error PlanarAdjointImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer g,
+                             ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> b_bar,
+                             ffi::Result<ffi::AnyBuffer> a_bar, bool bidirectional) {
+  PoolScope scope(&pool);
+  return PlanarAdjointRun(a, g, x, *b_bar, *a_bar, bidirectional);
 }
 
 // The materialisation barrier: y = x. XLA aliases y to x (input_output_aliases) when x has no
@@ -1304,6 +1392,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxPlanar, PlanarImpl,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<bool>("bidirectional"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxPlanarMixed, PlanarMixedImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<bool>("bidirectional"));
 

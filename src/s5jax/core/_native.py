@@ -62,6 +62,7 @@ _TARGET = "s5jax_recurrence"
 _TARGET_ADJOINT = "s5jax_recurrence_adjoint"
 _TARGET_PLANAR = "s5jax_planar"
 _TARGET_PLANAR_ADJOINT = "s5jax_planar_adjoint"
+_TARGET_PLANAR_MIXED = "s5jax_planar_mixed"
 _TARGET_MATERIALISE = "s5jax_materialise"
 _TARGET_TRANSPOSE = "s5jax_transpose"
 _TARGET_WEIGHT_GRADIENT = "s5jax_weight_gradient"
@@ -170,6 +171,7 @@ def _load() -> bool:
                 (_TARGET_ADJOINT, lib.S5jaxRecurrenceAdjoint),
                 (_TARGET_PLANAR, lib.S5jaxPlanar),
                 (_TARGET_PLANAR_ADJOINT, lib.S5jaxPlanarAdjoint),
+                (_TARGET_PLANAR_MIXED, lib.S5jaxPlanarMixed),
                 (_TARGET_MATERIALISE, lib.S5jaxMaterialise),
                 (_TARGET_TRANSPOSE, lib.S5jaxTranspose),
                 (_TARGET_WEIGHT_GRADIENT, lib.S5jaxWeightGradient),
@@ -279,20 +281,47 @@ def _planar_fwd(a, b, bidirectional):
 
 def _planar_bwd(bidirectional, residuals, g):
     a, xs = residuals
-    P2 = a.shape[-1]
-    call = jax.ffi.ffi_call(
-        _TARGET_PLANAR_ADJOINT,
-        (
-            jax.ShapeDtypeStruct((*g.shape[:-1], P2), g.dtype),
-            jax.ShapeDtypeStruct(a.shape, a.dtype),
-        ),
-        vmap_method="broadcast_all",
-    )
-    b_bar, a_bar = call(a, g, xs, bidirectional=np.bool_(bidirectional))
+    b_bar, a_bar = planar_adjoint(a, g, xs, bidirectional)
     return a_bar, b_bar
 
 
 _planar.defvjp(_planar_fwd, _planar_bwd)
+
+
+def planar_adjoint(a, g, xs, bidirectional, b_dtype=None):
+    """(b̄, ā) of the planar recurrence for the states' cotangent `g` (the kernel's backward
+    pass): `a` (..., 2P) as [Re a | Im a] per sequence, `g` and the states `xs` (..., L, 2DP);
+    b̄ (..., L, 2P) in `b_dtype` (default g's; bfloat16 for float32 g: rounded as
+    `astype(jnp.bfloat16)` would, written once), ā (..., 2P) per sequence. No custom VJP."""
+    P2 = a.shape[-1]
+    call = jax.ffi.ffi_call(
+        _TARGET_PLANAR_ADJOINT,
+        (
+            jax.ShapeDtypeStruct((*g.shape[:-1], P2), b_dtype or g.dtype),
+            jax.ShapeDtypeStruct(a.shape, a.dtype),
+        ),
+        vmap_method="broadcast_all",
+    )
+    return call(a, g, xs, bidirectional=np.bool_(bidirectional))
+
+
+def planar_states_mixed(a, b, bidirectional):
+    """The planar forward pass on float32 `b` (..., L, 2P) with `a` (..., 2P) per sequence:
+    (the states, float32; the same states rounded to bfloat16 as `astype(jnp.bfloat16)` would),
+    from one pass. No custom VJP (`s5jax.core._mixed` has the one around it)."""
+    L, width = b.shape[-2], b.shape[-1] * (2 if bidirectional else 1)
+    shape = (*b.shape[:-2], L, width)
+    call = jax.ffi.ffi_call(
+        _TARGET_PLANAR_MIXED,
+        (jax.ShapeDtypeStruct(shape, b.dtype), jax.ShapeDtypeStruct(shape, jnp.bfloat16)),
+        vmap_method="broadcast_all",
+    )
+    return call(a, b, bidirectional=np.bool_(bidirectional))
+
+
+def planar_lanes(a, dtype):
+    """Complex `a` (P,) as the kernels' real row [Re a | Im a] (2P,) in `dtype`."""
+    return jnp.concatenate([jnp.real(a), jnp.imag(a)]).astype(dtype)
 
 
 def native_planar_states(a, b, bidirectional: bool = False):
@@ -313,8 +342,7 @@ def native_planar_states(a, b, bidirectional: bool = False):
         )
     if a.shape != (b.shape[-1] // 2,):
         raise ValueError(f"native_planar_states: a must be ({b.shape[-1] // 2},), got {a.shape}")
-    a2 = jnp.concatenate([jnp.real(a), jnp.imag(a)]).astype(b.dtype)
-    return _planar(a2, b, bool(bidirectional))
+    return _planar(planar_lanes(a, b.dtype), b, bool(bidirectional))
 
 
 def _materialise_call(x):

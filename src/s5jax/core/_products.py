@@ -382,14 +382,7 @@ def _batch_matmul_bwd(preferred_element_type, operand_dtype, input_dtypes, resid
     if _native_weight_gradient(a, b, preferred_element_type):
         g = g.astype(a.dtype)
         da = _input_gradient(g, b, preferred_element_type)  # for every example at once
-        n, m, k = a.shape
-        a2, g2 = a.reshape(n * m, k), g.reshape(n * m, g.shape[-1])
-        if _native_bf16_weight_gradient(a2, g2, preferred_element_type):
-            db = _native.native_weight_gradient(a2, g2)
-        else:
-            db = jnp.matmul(
-                _native.native_transpose(a2), g2, preferred_element_type=preferred_element_type
-            )
+        db = whole_batch_weight_gradient(a, g, preferred_element_type)
         return da.astype(input_dtypes[0]), db.astype(input_dtypes[1])
     if _native_float32_weight_gradient(a, b, g, preferred_element_type):
         n, m, k = a.shape
@@ -402,6 +395,20 @@ def _batch_matmul_bwd(preferred_element_type, operand_dtype, input_dtypes, resid
 
 
 _batch_matmul.defvjp(_batch_matmul_fwd, _batch_matmul_bwd)
+
+
+def whole_batch_weight_gradient(a, g, preferred_element_type):
+    """Σ over every example and row of aᵀ g, for mixed-precision operands `a` (n, M, K) and `g`
+    (n, M, N) already in the narrow dtype, accumulated in `preferred_element_type`: the native
+    bfloat16 tile where `_native_bf16_weight_gradient`, else XLA's product of the native
+    transposed copy. For one CPU device with the native library (`_native_weight_gradient`)."""
+    n, m, k = a.shape
+    a2, g2 = a.reshape(n * m, k), g.reshape(n * m, g.shape[-1])
+    if _native_bf16_weight_gradient(a2, g2, preferred_element_type):
+        return _native.native_weight_gradient(a2, g2)
+    return jnp.matmul(
+        _native.native_transpose(a2), g2, preferred_element_type=preferred_element_type
+    )
 
 
 def _native_weight_gradient(a, b, preferred_element_type) -> bool:

@@ -31,8 +31,9 @@ import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jaxtyping import Array, Bool, Complex, Float
 
+from . import _mixed
 from ._discretize import discretize, get_coefficients
-from ._native import native_available, native_planar_states
+from ._native import native_available, native_planar_states, planar_lanes
 from ._products import matmul, scale_columns
 from ._scan import SCAN_METHODS, linear_recurrence, resolve_scan_method
 
@@ -424,6 +425,13 @@ def _apply_planar(Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional, 
     C_tilde, D = jnp.asarray(C_tilde), jnp.asarray(D)
     P, H = B_bar.shape
     _check_c_d(C_tilde, D, P, H, bidirectional=bidirectional)
+    dtype = B_bar.real.dtype
+    if not return_state and _mixed.applies(matmul_dtype, dtype):  # one VJP, fewer passes
+        y = _mixed.planar_ssm(
+            u, _input_weight(B_bar), planar_lanes(Lambda_bar, dtype),
+            _output_weight(C_tilde, _factor(conj_sym)), bidirectional,
+        )  # fmt: skip
+        return _feed_through(y, D, u, matmul_dtype)
     X = native_planar_states(Lambda_bar, _planar_matvecs(u, B_bar, matmul_dtype), bidirectional)
     y = _weight_product(X, _output_weight(C_tilde, _factor(conj_sym)), matmul_dtype,
                         B_bar.real.dtype)  # fmt: skip
