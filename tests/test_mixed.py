@@ -192,3 +192,46 @@ def test_applies_only_to_bfloat16_products_on_float32_systems(monkeypatch):
     assert not _mixed.applies(BF16, jnp.float64)
     monkeypatch.setattr(_mixed, "NATIVE_PLANAR_MIXED", False)
     assert not _mixed.applies(BF16, jnp.float32)
+
+
+@needs_native
+@pytest.mark.parametrize("remat", ["none", "layers", "ssm"])
+def test_a_bf16_model_trains_the_same_with_one_vjp(monkeypatch, remat):
+    # The whole model under bf16 products (its batch under a named vmap, BatchNorm, dropout),
+    # with each rematerialisation: loss, gradients and BatchNorm state as with the separate
+    # pieces, and the mixed kernel in the step.
+    import equinox as eqx
+
+    from s5jax.config import ModelConfig
+    from s5jax.nn import build_model
+
+    cfg = ModelConfig(
+        n_layers=2, d_model=16, ssm_size=32, blocks=2, bidirectional=True, dropout=0.25,
+        norm="batch", activation="half_glu1", remat=remat, precision="bf16",
+    )  # fmt: skip
+    model, state = build_model(cfg, d_input=3, n_outputs=4, key=jax.random.PRNGKey(0),
+                               scan_method="native")  # fmt: skip
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    x = jax.random.normal(jax.random.PRNGKey(1), (3, 40, 3))
+    y = jnp.asarray([0, 3, 1])
+
+    def loss_fn(params, state, key):
+        m = eqx.combine(params, static)
+        keys = jax.random.split(key, x.shape[0])
+        out, state = jax.vmap(
+            lambda xi, k: m(xi, state, key=k), axis_name="batch", out_axes=(0, None)
+        )(x, keys)
+        return -jnp.mean(jnp.take_along_axis(out, y[:, None], axis=1)), state
+
+    def step():  # traced anew each time: the switch is read when tracing
+        fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+        text = fn.lower(params, state, jax.random.PRNGKey(2)).as_text()
+        return fn(params, state, jax.random.PRNGKey(2)), "s5jax_planar_mixed" in text
+
+    monkeypatch.setattr(_mixed, "NATIVE_PLANAR_MIXED", True)
+    got, mixed_on = step()
+    monkeypatch.setattr(_mixed, "NATIVE_PLANAR_MIXED", False)
+    want, mixed_off = step()
+    assert mixed_on and not mixed_off
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(e))

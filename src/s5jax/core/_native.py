@@ -7,7 +7,9 @@ each state written once, the state kept in a per-sequence buffer. The backward p
 more loop of the same kind (the adjoint recurrence and ā fused; custom VJP).
 `native_planar_states` runs the same recurrence on the layout the SSM's products give and take
 (complex numbers as real rows [Re | Im], both directions of a bidirectional layer in one call),
-which saves the passes that pack them into complex arrays and back. `native_weight_gradient`
+which saves the passes that pack them into complex arrays and back; under bfloat16 products
+its kernels also write the states' bfloat16 copy and b̄ in bfloat16 (`planar_states_mixed`,
+`planar_adjoint`, for `s5jax.core._mixed`). `native_weight_gradient`
 is a float32 weight gradient Σ_r a[r]ᵀ g[r] (packed panels, AVX2 tiles), which XLA's CPU
 backend runs well below its forward products (`s5jax.core._products`).
 

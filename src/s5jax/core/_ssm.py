@@ -421,7 +421,9 @@ def _apply_planar(Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional, 
     """`_apply` with the native kernel on the products' own layout (`native_planar_states`):
     B̃u comes out of its product as real rows [Re | Im] and the states go into C̃'s product the
     same way, with no complex arrays between them. Same results as the complex path (the
-    same recurrence and products, in another memory layout); a zero initial state, no resets."""
+    same recurrence and products, in another memory layout); a zero initial state, no resets.
+    Under bfloat16 products (one CPU device) the scan and both products are one custom VJP,
+    `s5jax.core._mixed.planar_ssm`, with the same values and fewer passes."""
     C_tilde, D = jnp.asarray(C_tilde), jnp.asarray(D)
     P, H = B_bar.shape
     _check_c_d(C_tilde, D, P, H, bidirectional=bidirectional)
