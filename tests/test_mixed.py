@@ -11,6 +11,7 @@ import pytest
 
 from s5jax.core import _mixed, _native, _ssm
 
+from .test_remat import _grad_step
 from .test_scan_native import needs_native
 
 BF16 = jnp.bfloat16
@@ -200,33 +201,16 @@ def test_a_bf16_model_trains_the_same_with_one_vjp(monkeypatch, remat):
     # The whole model under bf16 products (its batch under a named vmap, BatchNorm, dropout),
     # with each rematerialisation: loss, gradients and BatchNorm state as with the separate
     # pieces, and the mixed kernel in the step.
-    import equinox as eqx
-
-    from s5jax.config import ModelConfig
-    from s5jax.nn import build_model
-
-    cfg = ModelConfig(
-        n_layers=2, d_model=16, ssm_size=32, blocks=2, bidirectional=True, dropout=0.25,
-        norm="batch", activation="half_glu1", remat=remat, precision="bf16",
-    )  # fmt: skip
-    model, state = build_model(cfg, d_input=3, n_outputs=4, key=jax.random.PRNGKey(0),
-                               scan_method="native")  # fmt: skip
-    params, static = eqx.partition(model, eqx.is_inexact_array)
     x = jax.random.normal(jax.random.PRNGKey(1), (3, 40, 3))
     y = jnp.asarray([0, 3, 1])
-
-    def loss_fn(params, state, key):
-        m = eqx.combine(params, static)
-        keys = jax.random.split(key, x.shape[0])
-        out, state = jax.vmap(
-            lambda xi, k: m(xi, state, key=k), axis_name="batch", out_axes=(0, None)
-        )(x, keys)
-        return -jnp.mean(jnp.take_along_axis(out, y[:, None], axis=1)), state
+    key = jax.random.PRNGKey(2)
 
     def step():  # traced anew each time: the switch is read when tracing
-        fn = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
-        text = fn.lower(params, state, jax.random.PRNGKey(2)).as_text()
-        return fn(params, state, jax.random.PRNGKey(2)), "s5jax_planar_mixed" in text
+        fn, params, state = _grad_step(
+            remat, "native", d_model=16, ssm_size=32, precision="bf16"
+        )  # stored P 16: the planar path
+        text = fn.lower(params, state, x, y, key).as_text()
+        return fn(params, state, x, y, key), "s5jax_planar_mixed" in text
 
     monkeypatch.setattr(_mixed, "NATIVE_PLANAR_MIXED", True)
     got, mixed_on = step()

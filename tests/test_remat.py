@@ -28,9 +28,11 @@ def _config(remat, **kw):
     return ModelConfig(**(options | kw))
 
 
-def _grad_step(remat):
-    """A jitted `(params, state, x, y, key) -> ((loss, new_state), grads)` and its inputs."""
-    model, state = build_model(_config(remat), d_input=3, n_outputs=4, key=jax.random.PRNGKey(0))
+def _grad_step(remat, scan_method=None, **kw):
+    """A jitted `(params, state, x, y, key) -> ((loss, new_state), grads)` and its inputs (a
+    new jitted function each call: module switches are read when it is traced)."""
+    model, state = build_model(_config(remat, **kw), d_input=3, n_outputs=4,
+                               key=jax.random.PRNGKey(0), scan_method=scan_method)  # fmt: skip
     params, static = eqx.partition(model, eqx.is_inexact_array)
 
     def loss_fn(params, state, x, y, key):
