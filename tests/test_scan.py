@@ -31,6 +31,11 @@ def _random(rng, L, P, varying):
     return a, b
 
 
+_jit_recurrence = jax.jit(core.linear_recurrence, static_argnames=("reverse", "method"))
+"""`core.linear_recurrence` compiled as one program: the hypothesis tests below draw a new shape
+per example, and op-by-op execution compiles each of the scans' many small operations anew."""
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     L=st.integers(1, 40),
@@ -49,7 +54,7 @@ def test_parallel_equals_sequential_equals_loop(L, P, varying, reverse, with_x0,
     expected = _loop(a, b, reverse, x0, resets)
     with jax.enable_x64(True):
         for method in ("sequential", "parallel"):
-            xs, final = core.linear_recurrence(
+            xs, final = _jit_recurrence(
                 jnp.asarray(a),
                 jnp.asarray(b),
                 reverse=reverse,

@@ -30,9 +30,15 @@ def _chunk_size(T):
 
 
 def _run(method, a, b, reverse, x0, resets):
-    return core.linear_recurrence(
-        a, b, reverse=reverse, initial_state=x0, resets=resets, method=method
-    )
+    # Compiled as one program (op by op, each new shape compiles the scans' many small
+    # operations anew), from a new function on each call: JAX caches a trace by function, and
+    # `_scan.CHUNK_SIZE` is read when tracing.
+    def run(a, b, x0, resets):
+        return core.linear_recurrence(
+            a, b, reverse=reverse, initial_state=x0, resets=resets, method=method
+        )
+
+    return jax.jit(run)(a, b, x0, resets)
 
 
 @settings(max_examples=30, deadline=None)
@@ -102,8 +108,9 @@ def test_chunked_gradients_equal_sequential(L, T, varying, reverse, with_x0, wit
             return jnp.sum(jnp.real(w * xs)) + jnp.sum(jnp.abs(final) ** 2)
 
         args = (jnp.asarray(a), jnp.asarray(b), jnp.asarray(x0))
-        grads = jax.grad(loss, argnums=(0, 1, 2))(*args, "chunked")
-        expected = jax.grad(loss, argnums=(0, 1, 2))(*args, "sequential")
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)
+        grads = grad(*args, "chunked")
+        expected = grad(*args, "sequential")
         for g, e in zip(grads, expected):
             np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-9, atol=1e-9)
 
