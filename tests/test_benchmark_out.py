@@ -26,7 +26,8 @@ def test_out_name_keeps_names():
 
 @pytest.mark.parametrize(
     "script",
-    ["layer.py", "train_step.py", "train_step_memory.py", "matmul_precision.py", "products.py"],
+    ["layer.py", "train_step.py", "train_step_memory.py", "matmul_precision.py", "products.py",
+     "planar_scan.py"],
 )
 def test_scripts_refuse_a_folder_before_running(script, tmp_path):
     target = tmp_path / "x"
