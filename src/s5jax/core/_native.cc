@@ -145,6 +145,21 @@ inline void Prefetch(const void* begin, size_t bytes) {
   }
 }
 
+// The same into the level-2 cache only (PREFETCHT1), for look-aheads larger than the level-1
+// cache: the bidirectional planar adjoint fetches a whole chunk of rows ahead (kAdjointChunk
+// rows of g and x, 96-128 KiB at P 96-128), and into L1 (32 KiB on the hosts seen) those lines
+// evicted the rows the current chunk was still reading.
+inline void PrefetchL2(const void* begin, size_t bytes) {
+  const char* p = static_cast<const char*>(begin);
+  for (size_t i = 0; i < bytes; i += 64) {
+#if defined(__x86_64__) || defined(__i386__)
+    asm volatile("prefetcht1 %0" : : "m"(p[i]));
+#else
+    __builtin_prefetch(p + i, 0, 2);
+#endif
+  }
+}
+
 // Loops that run back in time (a one-direction adjoint, a reverse-time forward pass) walk each
 // sequence from its last row to its first, reading and writing rows of a few hundred bytes: the
 // hardware prefetchers left those descending streams mostly unfetched. Each such step prefetches
@@ -585,6 +600,12 @@ inline void StoreABar(R* abn, const std::vector<double>& total, int64_t Pj, int6
 // float32 step (8 × 4096 steps, P 128) the call took 27.1-28.1 ms against 30.8-33.6 ms for the
 // two passes one after the other (2-core AMD EPYC with AVX2 only, 2026-12-01, jax.profiler,
 // old and new code in alternating processes; docs/results.md).
+// The look-aheads go to L2 (PrefetchL2): the next chunk's g rows while λ← runs over this one,
+// its x rows while λ→ does, and the first pass's g rows kAhead steps on (it had none). With the
+// whole next chunk fetched into L1 from the λ← loop (before 2026-12-03) the call at Text's shape
+// (4 × 4,096 steps, P 96, 2 threads) took 5.8-6.7 ms (fastest of 15) against 4.2-4.7 ms now;
+// Path-X's (1 × 4,096, P 128) 2.6-2.9 against 1.9-2.4 (2-core AMD EPYC Zen 4, AVX-512,
+// `benchmarks/planar_scan.py` in alternating processes, three rounds; docs/results.md).
 constexpr int64_t kAdjointChunk = 32;
 
 template <typename R, typename O>  // O: b̄'s element type, R or (R float) bfloat16 as uint16_t
@@ -614,6 +635,10 @@ void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, O* b_bar, R*
       std::fill(bwd.begin(), bwd.end(), R(0));
       for (int64_t k = 0; k < L; ++k) {
         if (k % C == 0) std::copy(br, br + 2 * Pj, kept.begin() + (k / C) * 2 * Pj);
+        if (k + kAhead < L) {  // its half-rows of g, a quarter and three quarters into each row
+          PrefetchL2(gn + (k + kAhead) * W + P, row);
+          PrefetchL2(gn + (k + kAhead) * W + 3 * P, row);
+        }
         PlanarStep(br, bi, ar, ai, gn + k * W + P, gn + k * W + 3 * P, Pj, R(-1));
       }
       std::fill(fwd.begin(), fwd.end(), R(0));
@@ -623,11 +648,8 @@ void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, O* b_bar, R*
         const int64_t k0 = c * C, k1 = std::min(L, k0 + C);
         std::copy(kept.begin() + c * 2 * Pj, kept.begin() + (c + 1) * 2 * Pj, br);
         for (int64_t k = k0; k < k1; ++k) {  // λ← over the chunk, forward in time
-          if (c > 0) {  // the same row of the next chunk to run (the one before this)
-            for (int64_t q = 0; q < 4; ++q) {
-              Prefetch(gn + (k - C) * W + q * P, row);
-              Prefetch(xn + (k - C) * W + q * P, row);
-            }
+          if (c > 0) {  // g's same row of the next chunk to run (the one before this)
+            for (int64_t q = 0; q < 4; ++q) PrefetchL2(gn + (k - C) * W + q * P, row);
           }
           PlanarStep(br, bi, ar, ai, gn + k * W + P, gn + k * W + 3 * P, Pj, R(-1));
           std::copy(br, br + 2 * Pj, rows.begin() + (k - k0) * 2 * Pj);
@@ -636,6 +658,9 @@ void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, O* b_bar, R*
           }
         }
         for (int64_t k = k1 - 1; k >= k0; --k) {  // λ→ back over the chunk; b̄ rows written
+          if (c > 0) {  // and x's
+            for (int64_t q = 0; q < 4; ++q) PrefetchL2(xn + (k - C) * W + q * P, row);
+          }
           PlanarStep(fr, fi, ar, ai, gn + k * W, gn + k * W + 2 * P, Pj, R(-1));
           R* sum = rows.data() + (k - k0) * 2 * Pj;  // λ← + λ→, then out
           PlanarAdd(sum, sum + Pj, fr, fi, Pj);
