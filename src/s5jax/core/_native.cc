@@ -145,10 +145,10 @@ inline void Prefetch(const void* begin, size_t bytes) {
   }
 }
 
-// The same into the level-2 cache only (PREFETCHT1), for look-aheads larger than the level-1
-// cache: the bidirectional planar adjoint fetches a whole chunk of rows ahead (kAdjointChunk
-// rows of g and x, 96-128 KiB at P 96-128), and into L1 (32 KiB on the hosts seen) those lines
-// evicted the rows the current chunk was still reading.
+// The same into the level-2 cache only (PREFETCHT1), for the planar adjoints (PrefetchRowL2,
+// PlanarAdjointBidirectional). The bidirectional one fetches a whole chunk of rows ahead
+// (kAdjointChunk rows of g and x, 96-128 KiB at P 96-128), and into L1 (32 KiB on the hosts
+// seen) those lines evicted the rows the current chunk was still reading.
 inline void PrefetchL2(const void* begin, size_t bytes) {
   const char* p = static_cast<const char*>(begin);
   for (size_t i = 0; i < bytes; i += 64) {
@@ -173,6 +173,16 @@ constexpr int64_t kAhead = 8;
 template <typename R>
 inline void PrefetchRow(const R* rows, int64_t k, int64_t L, int64_t stride, size_t bytes) {
   if (k >= 0 && k < L) Prefetch(rows + k * stride, bytes);
+}
+
+// The same into L2 (PrefetchL2). The one-direction planar adjoint's look-ahead: at sMNIST's
+// shape (50 × 784 steps, P 64) it took 2.12-3.28 ms (fastest of 30) against 3.71-5.67 ms with
+// PrefetchRow; (4 × 1,024, P 192) 0.90-1.78 against 1.09-2.55 (2-core AMD EPYC Zen 4, 1 and 2
+// threads, both hints in one process, 2026-12-03, a /tmp script). The forward passes' look-aheads
+// measured no gain from it (Speech's and Text's bidirectional shapes, sMNIST's) and keep L1.
+template <typename R>
+inline void PrefetchRowL2(const R* rows, int64_t k, int64_t L, int64_t stride, size_t bytes) {
+  if (k >= 0 && k < L) PrefetchL2(rows + k * stride, bytes);
 }
 
 // The same for rows about to be written (PREFETCHW where the build has it: the line arrives
@@ -716,10 +726,10 @@ void PlanarAdjoint(const R* a, const R* g, const R* x, O* b_bar, R* a_bar, int64
         const int64_t k = L - 1 - i;
         const R* gr = g + (n * L + k) * W + p0;
         // The rows of the step kAhead further on (k − kAhead): g's and x's Re and Im parts.
-        PrefetchRow(g + n * L * W + p0, k - kAhead, L, W, row);
-        PrefetchRow(g + n * L * W + p0 + P, k - kAhead, L, W, row);
-        PrefetchRow(x + n * L * W + p0, k - kAhead - 1, L, W, row);
-        PrefetchRow(x + n * L * W + p0 + P, k - kAhead - 1, L, W, row);
+        PrefetchRowL2(g + n * L * W + p0, k - kAhead, L, W, row);
+        PrefetchRowL2(g + n * L * W + p0 + P, k - kAhead, L, W, row);
+        PrefetchRowL2(x + n * L * W + p0, k - kAhead - 1, L, W, row);
+        PrefetchRowL2(x + n * L * W + p0 + P, k - kAhead - 1, L, W, row);
         PlanarStep(lr, li, ar, ai, gr, gr + P, Pj, R(-1));  // λ ← g + conj(a) λ
         O* out = b_bar + (n * L + k) * 2 * P + p0;
         PutRow(out, lr, Pj, stream, tmp.data());
