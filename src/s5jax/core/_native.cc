@@ -134,31 +134,28 @@ inline void StreamFence(bool stream) {
 // On x86 as an asm statement: GCC's vectoriser drops `__builtin_prefetch` calls from a loop it
 // vectorises (GCC 12 removed every prefetch of a look-ahead written as a small helper here,
 // seen in the disassembly), and an asm statement it keeps.
+// kL2: into the level-2 cache only (PREFETCHT1), for the planar adjoints (PrefetchL2).
+template <bool kL2 = false>
 inline void Prefetch(const void* begin, size_t bytes) {
   const char* p = static_cast<const char*>(begin);
   for (size_t i = 0; i < bytes; i += 64) {
 #if defined(__x86_64__) || defined(__i386__)
-    asm volatile("prefetcht0 %0" : : "m"(p[i]));
+    if constexpr (kL2) {
+      asm volatile("prefetcht1 %0" : : "m"(p[i]));
+    } else {
+      asm volatile("prefetcht0 %0" : : "m"(p[i]));
+    }
 #else
-    __builtin_prefetch(p + i);
+    __builtin_prefetch(p + i, 0, kL2 ? 2 : 3);
 #endif
   }
 }
 
-// The same into the level-2 cache only (PREFETCHT1), for the planar adjoints (PrefetchRowL2,
-// PlanarAdjointBidirectional). The bidirectional one fetches a whole chunk of rows ahead
-// (kAdjointChunk rows of g and x, 96-128 KiB at P 96-128), and into L1 (32 KiB on the hosts
-// seen) those lines evicted the rows the current chunk was still reading.
-inline void PrefetchL2(const void* begin, size_t bytes) {
-  const char* p = static_cast<const char*>(begin);
-  for (size_t i = 0; i < bytes; i += 64) {
-#if defined(__x86_64__) || defined(__i386__)
-    asm volatile("prefetcht1 %0" : : "m"(p[i]));
-#else
-    __builtin_prefetch(p + i, 0, 2);
-#endif
-  }
-}
+// The planar adjoints' look-aheads (PrefetchRowL2, PlanarAdjointBidirectional). The
+// bidirectional one fetches a whole chunk of rows ahead (kAdjointChunk rows of g and x, 96-128
+// KiB at P 96-128), and into L1 (32 KiB on the hosts seen) those lines evicted the rows the
+// current chunk was still reading.
+inline void PrefetchL2(const void* begin, size_t bytes) { Prefetch<true>(begin, bytes); }
 
 // Loops that run back in time (a one-direction adjoint, a reverse-time forward pass) walk each
 // sequence from its last row to its first, reading and writing rows of a few hundred bytes: the
