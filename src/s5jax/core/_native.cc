@@ -642,10 +642,8 @@ void PlanarAdjointBidirectional(const R* a, const R* g, const R* x, O* b_bar, R*
       std::fill(bwd.begin(), bwd.end(), R(0));
       for (int64_t k = 0; k < L; ++k) {
         if (k % C == 0) std::copy(br, br + 2 * Pj, kept.begin() + (k / C) * 2 * Pj);
-        if (k + kAhead < L) {  // its half-rows of g, a quarter and three quarters into each row
-          PrefetchL2(gn + (k + kAhead) * W + P, row);
-          PrefetchL2(gn + (k + kAhead) * W + 3 * P, row);
-        }
+        PrefetchRowL2(gn + P, k + kAhead, L, W, row);  // g's quarters Re← and Im←, kAhead on
+        PrefetchRowL2(gn + 3 * P, k + kAhead, L, W, row);
         PlanarStep(br, bi, ar, ai, gn + k * W + P, gn + k * W + 3 * P, Pj, R(-1));
       }
       std::fill(fwd.begin(), fwd.end(), R(0));
