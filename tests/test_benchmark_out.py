@@ -27,7 +27,7 @@ def test_out_name_keeps_names():
 @pytest.mark.parametrize(
     "script",
     ["layer.py", "train_step.py", "train_step_memory.py", "matmul_precision.py", "products.py",
-     "planar_scan.py"],
+     "planar_scan.py", "flop_bound.py"],
 )
 def test_scripts_refuse_a_folder_before_running(script, tmp_path):
     target = tmp_path / "x"
