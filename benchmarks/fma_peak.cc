@@ -41,32 +41,30 @@ inline float Sum(V v) {
 #error "fma_peak needs AVX2 with FMA, or AVX-512"
 #endif
 
-float Float32(long iterations) {
+// kChains independent chains of `step`, each step waiting for its own previous result.
+template <typename Step>
+float Chains(long iterations, Step step) {
   V acc[kChains];
-  const V a = Set(0.9999999f), b = Set(1e-7f);
   for (int k = 0; k < kChains; ++k) acc[k] = Set(1.0f + k);
   for (long i = 0; i < iterations; ++i) {
 #pragma GCC unroll 16
-    for (int k = 0; k < kChains; ++k) acc[k] = Fma(acc[k], a, b);
+    for (int k = 0; k < kChains; ++k) acc[k] = step(acc[k]);
   }
   float s = 0;
   for (int k = 0; k < kChains; ++k) s += Sum(acc[k]);
   return s;
 }
 
-#if defined(__AVX512BF16__)
+float Float32(long iterations) {
+  const V a = Set(0.9999999f), b = Set(1e-7f);
+  return Chains(iterations, [a, b](V x) { return Fma(x, a, b); });
+}
+
+#if defined(__AVX512BF16__)  // implies AVX-512F: V is __m512
 float Bfloat16(long iterations) {
-  __m512 acc[kChains];
   const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80);  // 1.0
   const __m512bh b = (__m512bh)_mm512_set1_epi16(0x3380);  // 2^-24
-  for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_ps(1.0f + k);
-  for (long i = 0; i < iterations; ++i) {
-#pragma GCC unroll 16
-    for (int k = 0; k < kChains; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
-  }
-  float s = 0;
-  for (int k = 0; k < kChains; ++k) s += _mm512_reduce_add_ps(acc[k]);
-  return s;
+  return Chains(iterations, [a, b](V x) { return _mm512_dpbf16_ps(x, a, b); });
 }
 #endif
 
