@@ -152,24 +152,31 @@ def build_probe(directory: Path) -> Path | None:
 
 
 def _probe(exe: Path, kind: str, threads: int, iterations: int) -> tuple[float, float] | None:
-    out = subprocess.run([str(exe), kind, str(threads), str(iterations)], check=True,
-                         capture_output=True, text=True).stdout.split()  # fmt: skip
+    """(seconds, GFLOP/s) of one probe run, None where the build has no `kind`; RuntimeError
+    (its first line of output) if the probe fails."""
+    run = subprocess.run([str(exe), kind, str(threads), str(iterations)], capture_output=True,
+                         text=True)  # fmt: skip
+    out = run.stdout.split()
+    if run.returncode != 0 or not out:
+        lines = (run.stderr or run.stdout).strip().splitlines() or [f"exit {run.returncode}"]
+        raise RuntimeError(f"{PROBE.name} failed: {lines[0]}")
     return None if out[0] == "none" else (float(out[0]), float(out[1]))
 
 
 def measure_peak(exe: Path, threads: int, runs: int = 3, seconds: float = 0.5) -> dict:
-    """GFLOP/s at the peak: {"fp32": best of `runs`, "bf16": same or None, "runs": all}."""
+    """GFLOP/s at the peak: {"fp32": best of `runs`, "bf16": same or None, "runs": all}.
+    bf16 is None where the build has no AVX512_BF16, and where the host has AMX tiles (their
+    peak is far above the vector unit's and is not probed)."""
     peak, every = {}, {}
+    amx = _native.native_host_has_amx()
     for kind, name in (("f", "fp32"), ("b", "bf16")):
-        first = _probe(exe, kind, threads, 10_000_000)
+        first = None if (name == "bf16" and amx) else _probe(exe, kind, threads, 10_000_000)
         if first is None:
             peak[name], every[name] = None, []
             continue
         iterations = max(1, int(10_000_000 * seconds / max(first[0], 1e-3)))
         every[name] = [_probe(exe, kind, threads, iterations)[1] for _ in range(runs)]
         peak[name] = max(every[name])
-    if peak["bf16"] is not None and _native.native_host_has_amx():
-        peak["bf16"] = None  # the AMX tiles' peak is far above the vector unit's
     return {**peak, "runs": every, "threads": threads}
 
 
@@ -235,7 +242,10 @@ def main() -> None:
             parser.error(str(error))
         if exe is None:
             parser.error("no C++ compiler for the peak probe (set $CXX or install g++)")
-        peak = measure_peak(exe, threads)
+        try:
+            peak = measure_peak(exe, threads)
+        except RuntimeError as error:
+            parser.error(str(error))
     xla = xla_product_rate()
     print(f"peak GFLOP/s on {threads} threads: fp32 {peak['fp32']:.0f}, bf16 "
           f"{peak['bf16'] or float('nan'):.0f}; XLA's best product: fp32 {xla['fp32']:.0f}, "

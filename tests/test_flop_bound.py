@@ -113,3 +113,11 @@ def test_peak_probe_builds_and_reports(tmp_path):
     assert out == ["none"] or float(out[1]) > 0
     bad = subprocess.run([str(exe), "x", "1", "1"], capture_output=True, text=True)
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+def test_a_failing_probe_is_one_line(tmp_path):
+    broken = tmp_path / "probe"
+    broken.write_text("#!/bin/sh\necho 'illegal instruction' >&2\nexit 132\n")
+    broken.chmod(0o755)
+    with pytest.raises(RuntimeError, match=r"^fma_peak.cc failed: illegal instruction$"):
+        fb.measure_peak(broken, threads=1)
