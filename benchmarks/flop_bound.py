@@ -15,7 +15,8 @@ matrix products at the host's arithmetic peak. This benchmark measures, in one r
 - **the products of our step** (`product_flops`): the step `s5jax train` runs
   (`train_step.build_ours`, `scan_method = "auto"`, float32), traced (not run), and every
   matrix product in it counted: XLA's `dot_general`s (2 FLOP per multiply-add, batch dims
-  included) and the native weight gradients (`s5jax_weight_gradient`, aᵀg). Scans, norms and
+  included) and the native weight gradients (`s5jax_weight_gradient`, aᵀg, and D's
+  `s5jax_column_dot`, Σ x ⊙ g over the rows). Scans, norms and
   elementwise work are not counted, so the count is a lower bound on the step's arithmetic.
 - **the steps**: ours in float32 and in bfloat16 (`model.precision = "bf16"`) and the
   authors' (`baseline_model.py`), each in a process of its own, called in turn
@@ -57,6 +58,7 @@ TARGET = 5.0  # issue 20's ratio for P >= 128
 DEFAULT_CONFIGS = ("text", "retrieval", "image", "pathfinder", "pathx", "speech", "smnist",
                    "psmnist", "scifar")  # fmt: skip  # the paper configs with P >= 128
 WEIGHT_GRADIENT = "s5jax_weight_gradient"
+COLUMN_DOT = "s5jax_column_dot"
 
 
 # --- counting a step's products ---------------------------------------------------------------
@@ -75,6 +77,11 @@ def _weight_gradient_flops(eqn) -> int:
     """2 × multiply-adds of the native aᵀg: a (R, m), g (R, n) → (m, n)."""
     a, g = (v.aval.shape for v in eqn.invars[:2])
     return 2 * math.prod(a) * g[-1]
+
+
+def _column_dot_flops(eqn) -> int:
+    """2 × multiply-adds of the native Σ_r x ⊙ g (D's gradient): one per element of x."""
+    return 2 * math.prod(eqn.invars[0].aval.shape)
 
 
 def _sub_jaxprs(eqn):
@@ -103,6 +110,8 @@ def product_flops(jaxpr) -> dict:
                 counts["dot_general"] += times * _dot_flops(eqn)
             elif name == "ffi_call" and eqn.params.get("target_name") == WEIGHT_GRADIENT:
                 counts["weight_gradient"] += times * _weight_gradient_flops(eqn)
+            elif name == "ffi_call" and eqn.params.get("target_name") == COLUMN_DOT:
+                counts["weight_gradient"] += times * _column_dot_flops(eqn)
             subs = list(_sub_jaxprs(eqn))
             if name == "cond":
                 branches = [walk(b, times) for b in subs]

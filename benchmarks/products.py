@@ -33,10 +33,19 @@ bfloat16 products as one custom VJP whose kernels write the bfloat16 operands th
 (`s5jax.core._mixed.NATIVE_PLANAR_MIXED`, as shipped) against the three pieces with their own
 VJPs (a convert pass over the states forward and over b̄ backward).
 
+`--switch native-column-dot` compares D's gradient in the feed-through (Σ over the rows of
+∂y ⊙ u) through the native kernel (`s5jax.core._products.NATIVE_COLUMN_DOT`, as shipped on one
+CPU device with the native library), which reads a bfloat16 u as it is stored, against XLA's
+product over the rows, which takes a float32 copy of u.
+
+`--memory` also compiles each variant's step once more, nothing run, and records XLA's
+`memory_analysis()` scratch (`temp_mib`, `plain_temp_mib`: the saved activations and the
+backward pass's temporaries), as `train_step_memory.py` does.
+
     .venv/bin/python benchmarks/products.py [--configs listops,text,...] [--repeats N]
         [--switch vmap-friendly|master-weight|native-planar|native-float32-wg|native-bf16-wg|
-                  native-planar-mixed]
-        [--precision fp32|bf16] [--paper] [--batch N] [--out NAME]
+                  native-planar-mixed|native-column-dot]
+        [--precision fp32|bf16] [--memory] [--paper] [--batch N] [--out NAME]
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ SWITCHES = {  # --switch: (module, its flag, the names of the variants with it o
     "native-float32-wg": (_products, "NATIVE_FLOAT32_WEIGHT_GRADIENT", "native wg", "xla wg"),
     "native-bf16-wg": (_products, "NATIVE_BF16_WEIGHT_GRADIENT", "native bf16 wg", "xla bf16 wg"),
     "native-planar-mixed": (_mixed, "NATIVE_PLANAR_MIXED", "one vjp", "three vjps"),
+    "native-column-dot": (_products, "NATIVE_COLUMN_DOT", "native dD", "xla dD"),
 }
 
 
@@ -76,6 +86,12 @@ def _switched_off(module, flag: str):
         setattr(module, flag, saved)
 
 
+def _temp_mib(cfg, s: dict, batch: dict, key) -> float:
+    """XLA's scratch memory (MiB) of our compiled step for `cfg` at shapes `s` (nothing run)."""
+    _, step, carry = ts.build_ours(cfg, s, "auto")
+    return step.lower(*carry, batch, key).compile().memory_analysis().temp_size_in_bytes / 2**20
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default=DEFAULT_CONFIGS)
@@ -83,6 +99,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--switch", choices=sorted(SWITCHES), default="vmap-friendly")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument(
+        "--memory", action="store_true", help="also record each variant's compiled scratch memory"
+    )
     parser.add_argument("--paper", action="store_true", help="the paper's batch and length")
     parser.add_argument("--batch", type=int, default=None, help="cap on every config's batch")
     parser.add_argument(
@@ -113,17 +132,22 @@ def main() -> None:
             "config": task, "batch": s["batch"], "L": s["L"], "ms": ms_on, "plain_ms": ms_off,
             "speedup": ms_off / ms_on, "timings": timings,
         })  # fmt: skip
+        if args.memory:
+            rows[-1]["temp_mib"] = _temp_mib(cfg, s, batch, key)
+            with _switched_off(module, flag):
+                rows[-1]["plain_temp_mib"] = _temp_mib(cfg, s, batch, key)
         print(f"{task}: {on} {ms_on:.1f} ms, {off} {ms_off:.1f} ms", flush=True)
+    memory = [("temp_mib", f"{on} MiB", ".1f"), ("plain_temp_mib", f"{off} MiB", ".1f")]
     print_table(rows, [
         ("config", "config", ""), ("batch", "batch", "d"), ("L", "L", "d"),
         ("ms", f"{on} ms", ".0f"), ("plain_ms", f"{off} ms", ".0f"),
-        ("speedup", f"{off} / {on}", ".2f"),
+        ("speedup", f"{off} / {on}", ".2f"), *(memory if args.memory else ()),
     ])  # fmt: skip
     path = write_json(args.out, {
         "benchmark": "products", "device": device_info(), "repeats": args.repeats,
         "scan_method": "auto", "switch": args.switch, "flag": f"{module.__name__}.{flag}",
         "variants": [on, off],
-        "precision": args.precision, "paper": args.paper, "rows": rows,
+        "precision": args.precision, "memory": args.memory, "paper": args.paper, "rows": rows,
     })  # fmt: skip
     print(f"wrote {path}")
 

@@ -62,16 +62,19 @@ def test_nested_calls_scans_conds_and_whiles():
 
 
 @pytest.mark.skipif(not _native.native_available(), reason="no native kernels on this host")
-def test_native_weight_gradient_counts_a_transposed_times_g():
+def test_native_weight_gradients_count_their_multiply_adds():
     a, g = jnp.ones((64, 12)), jnp.ones((64, 20))
     c = _count(_native.native_weight_gradient, a, g)
     assert c["weight_gradient"] == 2 * 64 * 12 * 20 and c["dot_general"] == 0
+    c = _count(_native.native_column_dot, jnp.ones((3, 64, 12)), jnp.ones((3, 64, 12)))
+    assert c["weight_gradient"] == 2 * 3 * 64 * 12 and c["dot_general"] == 0
 
 
 @pytest.mark.parametrize("method", ["native", "chunked"])
 def test_layer_stack_has_the_nine_products_of_the_gemm_floor(method):
     # layer.py: per bidirectional layer nine products of B·L·H·2P multiply-adds (P stored);
-    # D's gradient, Σ over B and L of ∂y ⊙ u, is one more batched dot of B·L·H.
+    # D's gradient, Σ over B and L of ∂y ⊙ u, is B·L·H more (a batched dot, or the native
+    # column dot where the native library is built).
     B, L, H, P_full, n = 2, 16, 8, 16, 3
     stack = layer.make_ours(n, H, P_full, 1, method, jax.random.PRNGKey(0))
     params, static = eqx.partition(stack, eqx.is_inexact_array)

@@ -465,6 +465,39 @@ def test_mixed_precision_weight_gradient_over_the_whole_batch_through_native_tra
 
 
 @pytest.mark.skipif(not _native.native_available(), reason="the native kernel cannot be built")
+@pytest.mark.parametrize("x_dtype", ["float32", "bfloat16"])
+def test_scale_columns_gradient_for_d_through_the_native_column_dot(monkeypatch, x_dtype):
+    """With `NATIVE_COLUMN_DOT` (one CPU device, the native library), `scale_columns`' ∂d under
+    the model's `vmap` is one `native_column_dot` call on x as stored (a bfloat16 x kept
+    narrow), and none with the switch off: ∂d within float32 rounding of the float64 sum
+    (1e-6 of Σ|x||g|), the value and ∂x bitwise the same either way, and the value the float32
+    product of the widened x."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (5, 1300, 12)).astype(x_dtype)
+    d = jax.random.normal(jax.random.PRNGKey(1), (12,), jnp.float32)
+    g = jax.random.normal(jax.random.PRNGKey(2), (5, 1300, 12), jnp.float32)
+
+    def f(d, x):
+        return jax.vmap(lambda xi: _products.scale_columns(xi, d))(x)
+
+    got, calls = {}, {}
+    for flag in (True, False):
+        monkeypatch.setattr(_products, "NATIVE_COLUMN_DOT", flag)
+        step = jax.jit(lambda d, x, g: (f(d, x), *jax.vjp(f, d, x)[1](g)))  # traced afresh
+        calls[flag] = step.lower(d, x, g).as_text().count("@s5jax_column_dot(")
+        got[flag] = step(d, x, g)
+    assert calls == {True: 1, False: 0}
+    y, dd, dx = got[True]
+    assert y.dtype == dd.dtype == jnp.float32 and dx.dtype == x.dtype
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(x.astype(jnp.float32) * d[None, None]))
+    for a, b in ((y, got[False][0]), (dx, got[False][2])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    x64, g64 = np.asarray(x, np.float64), np.asarray(g, np.float64)
+    want, scale = np.sum(x64 * g64, axis=(0, 1)), np.sum(np.abs(x64 * g64), axis=(0, 1))
+    for dd_ in (dd, got[False][1]):
+        assert np.all(np.abs(np.asarray(dd_, np.float64) - want) <= 1e-6 * scale)
+
+
+@pytest.mark.skipif(not _native.native_available(), reason="the native kernel cannot be built")
 @pytest.mark.parametrize("nesting", [0, 1])
 def test_bfloat16_weight_gradient_through_the_native_tile(monkeypatch, nesting):
     """With `NATIVE_BF16_WEIGHT_GRADIENT`, where the build has the bfloat16 tile and the host

@@ -449,6 +449,64 @@ def test_native_weight_gradient_vmaps_differentiates_and_rejects():
             _native.native_weight_gradient(a.astype(jnp.bfloat16), g.astype(jnp.bfloat16))
 
 
+@needs_native
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_native_column_dot_equals_the_float64_sum_on_any_thread_count(monkeypatch, dtype):
+    # Σ_r x ⊙ g per column. 2,500 rows are three blocks of 1,024 (the last short), with a batch
+    # of 2; one row; zero rows (zeros); N = 1 and odd N. Float32 accumulation: within 1e-6 of
+    # Σ|x||g| of the float64 sum of the same (bfloat16-rounded) values. Every thread count
+    # (S5JAX_NATIVE_THREADS, read at each call) gives the bits of one thread: the blocks' sums
+    # are added in block order.
+    rng = np.random.default_rng(19)
+    f = jax.jit(_native.native_column_dot)
+    for shape in ((2, 2500, 37), (1, 5), (0, 3), (300, 1), (4, 3, 130, 17)):
+        x = jnp.asarray(rng.normal(size=shape), dtype)
+        g = jnp.asarray(rng.normal(size=shape), jnp.float32)
+        results = []
+        for threads in ("1", "2", "5"):
+            monkeypatch.setenv("S5JAX_NATIVE_THREADS", threads)
+            results.append(np.asarray(f(x, g)))
+        for got in results[1:]:
+            np.testing.assert_array_equal(got, results[0])
+        assert results[0].shape == (*shape[:-2], shape[-1]) and results[0].dtype == np.float32
+        x64, g64 = np.asarray(x, np.float64), np.asarray(g, np.float64)
+        want, scale = np.sum(x64 * g64, axis=-2), np.sum(np.abs(x64 * g64), axis=-2)
+        assert np.all(np.abs(results[0] - want) <= 1e-6 * scale + 1e-7), shape
+
+
+@needs_native
+def test_native_column_dot_vmaps_differentiates_and_rejects():
+    # Under vmap the same bits as the batched call; gradients those of the plain
+    # Σ_r x ⊙ g (each in its input's dtype: a bfloat16 x gets a bfloat16 gradient).
+    rng = np.random.default_rng(20)
+    x = jnp.asarray(rng.normal(size=(3, 41, 10)), jnp.float32)
+    g = jnp.asarray(rng.normal(size=(3, 41, 10)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(3, 10)), jnp.float32)
+    np.testing.assert_array_equal(
+        np.asarray(jax.vmap(_native.native_column_dot)(x, g)),
+        np.asarray(_native.native_column_dot(x, g)),
+    )
+
+    def loss(f):
+        return lambda x, g: jnp.sum(w * f(x, g) ** 2)
+
+    plain = lambda x, g: jnp.sum(x.astype(jnp.float32) * g, axis=-2)  # noqa: E731
+    for dtype, rtol in ((jnp.float32, 1e-5), (jnp.bfloat16, 1e-2)):  # bfloat16: its rounding
+        xd = x.astype(dtype)
+        grads = jax.grad(loss(_native.native_column_dot), argnums=(0, 1))(xd, g)
+        wants = jax.grad(loss(plain), argnums=(0, 1))(xd, g)
+        for got, want in zip(grads, wants, strict=True):
+            assert got.dtype == want.dtype
+            got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-3)
+    with pytest.raises(ValueError, match="of one shape"):
+        _native.native_column_dot(x, g[:, :40])
+    with pytest.raises(ValueError, match="g float32"):
+        _native.native_column_dot(x, g.astype(jnp.bfloat16))
+    with pytest.raises(ValueError, match="x float32 or bfloat16"):
+        _native.native_column_dot(x.astype(jnp.float16), g)
+
+
 def _cpu_flags() -> set[str]:
     with open("/proc/cpuinfo") as f:
         for line in f:

@@ -47,6 +47,7 @@ from .._atomic import atomic_path
 __all__ = [
     "native_available",
     "native_build_error",
+    "native_column_dot",
     "native_host_has_amx",
     "native_materialise",
     "native_planar_states",
@@ -68,6 +69,7 @@ _TARGET_PLANAR_MIXED = "s5jax_planar_mixed"
 _TARGET_MATERIALISE = "s5jax_materialise"
 _TARGET_TRANSPOSE = "s5jax_transpose"
 _TARGET_WEIGHT_GRADIENT = "s5jax_weight_gradient"
+_TARGET_COLUMN_DOT = "s5jax_column_dot"
 _WEIGHT_GRADIENT_TILES = {2: "avx512", 1: "avx2", 0: "portable"}  # S5jaxWeightGradientVector()
 _DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
 
@@ -177,6 +179,7 @@ def _load() -> bool:
                 (_TARGET_MATERIALISE, lib.S5jaxMaterialise),
                 (_TARGET_TRANSPOSE, lib.S5jaxTranspose),
                 (_TARGET_WEIGHT_GRADIENT, lib.S5jaxWeightGradient),
+                (_TARGET_COLUMN_DOT, lib.S5jaxColumnDot),
             ):
                 jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
             _state["weight_gradient_tile"] = _WEIGHT_GRADIENT_TILES.get(
@@ -484,6 +487,56 @@ def native_weight_gradient(a, g):
             "AVX512_BF16); pass float32 operands"
         )
     return _weight_gradient(a, g)
+
+
+def _column_dot_call(x, g):
+    call = jax.ffi.ffi_call(
+        _TARGET_COLUMN_DOT,
+        jax.ShapeDtypeStruct((*x.shape[:-2], x.shape[-1]), jnp.float32),
+        vmap_method="broadcast_all",
+    )
+    return call(x, g)
+
+
+@jax.custom_vjp
+def _column_dot(x, g):
+    return _column_dot_call(x, g)
+
+
+def _column_dot_fwd(x, g):
+    return _column_dot_call(x, g), (x, g)
+
+
+def _column_dot_bwd(res, c):  # d = Σ_r x ⊙ g: ∂x = c ⊙ g, ∂g = c ⊙ x, each in its input's dtype
+    x, g = res
+    c = jnp.expand_dims(c, -2)
+    return (c * g).astype(x.dtype), (c * x.astype(jnp.float32)).astype(g.dtype)
+
+
+_column_dot.defvjp(_column_dot_fwd, _column_dot_bwd)
+
+
+def native_column_dot(x, g):
+    """Σ_r x[..., r, :] ⊙ g[..., r, :], accumulated in float32: the gradient of D in y = x ⊙ D
+    over all rows (`s5jax.core._products.scale_columns`).
+
+    `x` (..., R, N) float32 or bfloat16, `g` (..., R, N) float32; returns (..., N) float32.
+    XLA's CPU backend runs this as a product with the columns as a batch dimension, and for a
+    bfloat16 `x` through a float32 copy of it; the kernel reads both once (blocks of rows over
+    XLA's threads, summed in block order: `_native.cc`). Works under `jax.jit`, `jax.vmap` and
+    `jax.grad`. Needs the native kernel (`native_available()`).
+    """
+    if x.ndim < 2 or x.shape != g.shape:
+        raise ValueError(
+            f"native_column_dot: x and g (..., R, N) of one shape, got {x.shape} and {g.shape}"
+        )
+    if x.dtype not in (jnp.float32, jnp.bfloat16) or g.dtype != jnp.float32:
+        raise ValueError(
+            f"native_column_dot: x float32 or bfloat16 and g float32, got {x.dtype} and {g.dtype}"
+        )
+    if not native_available():
+        raise RuntimeError(f"native_column_dot is unavailable: {native_build_error()}")
+    return _column_dot(x, g)
 
 
 def native_weight_gradient_bfloat16() -> bool:

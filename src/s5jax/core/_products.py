@@ -50,6 +50,16 @@ element when the batch is 1: 5.4 ms for (1, 4096, 128), 36.7 ms for (1, 16384, 1
 backward pass computes; at batch 2 to 50 the two are within noise of each other (AMD EPYC,
 2026-11-29, a `/tmp` script timing the vmapped gradient of each form alone). The authors' model
 hits it at every batch-1 step: Path-X and Speech at the CPU benchmark shapes, six layers each.
+On one CPU device with the native library that contraction is `native_column_dot`
+(`NATIVE_COLUMN_DOT`, since 2026-12-03), which reads x as it is stored: under bfloat16
+products the layer's input u is bfloat16, and XLA's product took a float32 copy of it, written
+in the forward pass and kept until the backward pass. Without it the compiled bfloat16 training
+steps need 3–12 % less scratch memory (XLA's `memory_analysis()`; Zen 4 EPYC, CPU shapes,
+`benchmarks/products.py --switch native-column-dot --precision bf16 --memory`: psMNIST 709.5 →
+632.9 MiB, Text 996.0 → 900.0, Image 487.1 → 439.1, ListOps 540.5 → 476.5; float32 steps
+unchanged); whole steps within that run's noise (XLA / native 0.94–1.05), ∂D alone 1.1–1.4×
+faster (vmapped, with ∂x: (50, 784, 128) bfloat16 2.25 → 1.56 ms, float32 3.99 → 3.46; a
+`/tmp` script, 20 interleaved calls).
 
 The batch's sum of the per-example weight gradients: JAX batches a custom VJP by running its
 backward pass per example and summing the (batch, K, N) stack with one `reduce_sum`, which
@@ -193,6 +203,12 @@ left operand (`native_transpose`, `_rows_to_columns`) and XLA's product, where t
 has that tile and its host has no AMX (whose bfloat16 tiles XLA's products may use; not
 measured). See the module docstring for the host it was measured on. Read when a function is
 traced."""
+
+NATIVE_COLUMN_DOT = True
+"""Whether `scale_columns`' gradient for `d`, Σ_m g[m] x[m], runs through
+`s5jax.core._native.native_column_dot` (x and g read once, x widened in registers) instead of
+XLA's product over the rows, on one CPU device with the native library built (see the module
+docstring). Read when a function is traced."""
 
 MASTER_WEIGHT_GRADIENT = True
 """Whether `matmul(..., operand_dtype=...)` casts inside the product, so that a float32 weight's
@@ -451,6 +467,18 @@ def _native_float32_weight_gradient(a, b, g, preferred_element_type) -> bool:
     )
 
 
+def _native_column_dot(x, g) -> bool:
+    """Whether `scale_columns`' ∂d runs through `native_column_dot` (`NATIVE_COLUMN_DOT`): x
+    float32 or bfloat16, g float32, one CPU device, the native library built."""
+    return (
+        NATIVE_COLUMN_DOT
+        and x.dtype in (jnp.float32, jnp.bfloat16)
+        and g.dtype == jnp.float32
+        and jax.device_count() == 1
+        and _native.native_available()
+    )
+
+
 def _sum_over_batch(x: Array) -> Array:
     """Σ over the leading axis, as pairwise sums of halves (log₂ n elementwise adds). XLA's CPU
     backend (its YNNPACK reduction, jax 0.10.2) sums a few large arrays over their leading axis
@@ -470,31 +498,45 @@ def _sum_over_batch(x: Array) -> Array:
 
 
 def scale_columns(x: Float[Array, "M N"], d: Float[Array, " N"]) -> Float[Array, "M N"]:
-    """`x * d[None, :]`: each column of `x` (M, N) scaled by `d` (N,), with the gradient for `d`
-    computed as a contraction over the rows (Σ_m g[m] x[m], a `dot_general`) rather than as a
-    product followed by a sum, which XLA's CPU backend runs slowly under `vmap` with a batch of
-    one (see the module docstring). Same value and same gradient formulas as the plain product;
-    each gradient comes back in its own input's dtype."""
+    """`x * d[None, :]`: each column of `x` (M, N) scaled by `d` (N,), in the wider of their
+    dtypes, with the gradient for `d` computed as a contraction over the rows (Σ_m g[m] x[m]:
+    `s5jax.core._native.native_column_dot` on one CPU device with the native library,
+    `NATIVE_COLUMN_DOT`; a `dot_general` otherwise) rather than as a product followed by a sum,
+    which XLA's CPU backend runs slowly under `vmap` with a batch of one (see the module
+    docstring). A narrower `x` (bfloat16) is widened inside the products and kept narrow for the
+    backward pass. Same value and same gradient formulas as the plain product; each gradient
+    comes back in its own input's dtype."""
     if x.ndim != 2 or d.shape != x.shape[1:]:
         raise ValueError(f"scale_columns takes x (M, N) and d (N,), got {x.shape} and {d.shape}")
     if not VMAP_FRIENDLY_GRADIENT:
-        return x * d[None, :]
+        return _scaled(x, d)
     return _scale_columns(x, d)
+
+
+def _scaled(x, d):
+    """x ⊙ d in the wider of the two dtypes (a bfloat16 x is widened exactly, inside the
+    product's fusion)."""
+    wider = jnp.finfo(d.dtype).bits >= jnp.finfo(x.dtype).bits  # explicit: strict promotion
+    dtype = d.dtype if wider else x.dtype
+    return x.astype(dtype) * d[None, :].astype(dtype)
 
 
 @jax.custom_vjp
 def _scale_columns(x, d):
-    return x * d[None, :]
+    return _scaled(x, d)
 
 
-def _scale_columns_fwd(x, d):
-    return x * d[None, :], (x, d)
+def _scale_columns_fwd(x, d):  # x kept as it is: a bfloat16 x stays narrow until ∂d
+    return _scaled(x, d), (x, d)
 
 
 def _scale_columns_bwd(residuals, g):
     x, d = residuals
-    dd = jax.lax.dot_general(g, x.astype(g.dtype), (((0,), (0,)), ((1,), (1,))))  # Σ_m g x
-    return (g * d[None, :]).astype(x.dtype), dd.astype(d.dtype)
+    if _native_column_dot(x, g):
+        dd = _native.native_column_dot(x, g)
+    else:
+        dd = jax.lax.dot_general(g, x.astype(g.dtype), (((0,), (0,)), ((1,), (1,))))  # Σ_m g x
+    return (g * d[None, :].astype(g.dtype)).astype(x.dtype), dd.astype(d.dtype)
 
 
 _scale_columns.defvjp(_scale_columns_fwd, _scale_columns_bwd)

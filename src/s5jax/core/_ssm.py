@@ -410,9 +410,10 @@ def _ssm_from_elements(
 
 def _feed_through(y, D, u, matmul_dtype):
     """y + D ⊙ u, the feed-through in the state's real dtype (y already carries f, the
-    conjugate-symmetry factor, from its product's weight: `_output_weight`)."""
-    if matmul_dtype is not None:
-        u = u.astype(y.dtype)
+    conjugate-symmetry factor, from its product's weight: `_output_weight`). A narrower u
+    (bfloat16 under mixed precision) is widened inside the product, exactly, and kept narrow as
+    the residual of ∂D: no float32 copy of it is written (`_products.scale_columns`)."""
+    del matmul_dtype  # u ⊙ D promotes to D's dtype with or without mixed-precision products
     return y + scale_columns(u, D)  # ∂D as a contraction over time: `_products.scale_columns`
 
 
