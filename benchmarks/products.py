@@ -34,9 +34,10 @@ bfloat16 products as one custom VJP whose kernels write the bfloat16 operands th
 VJPs (a convert pass over the states forward and over b̄ backward).
 
 `--switch native-column-dot` compares D's gradient in the feed-through (Σ over the rows of
-∂y ⊙ u) through the native kernel (`s5jax.core._products.NATIVE_COLUMN_DOT`, as shipped on one
-CPU device with the native library), which reads a bfloat16 u as it is stored, against XLA's
-product over the rows, which takes a float32 copy of u.
+∂y ⊙ u) and BatchNorm's Σ_t ∂y ⊙ (x − mean) through the native kernel
+(`s5jax.core._products.NATIVE_COLUMN_DOT`, as shipped on one CPU device with the native
+library), which reads u and x as they are stored, against XLA's products over the rows, which
+take a float32 copy of a bfloat16 u and x − mean written to memory.
 
 `--memory` also compiles each variant's step once more, nothing run, and records XLA's
 `memory_analysis()` scratch (`temp_mib`, `plain_temp_mib`: the saved activations and the
@@ -71,7 +72,7 @@ SWITCHES = {  # --switch: (module, its flag, the names of the variants with it o
     "native-float32-wg": (_products, "NATIVE_FLOAT32_WEIGHT_GRADIENT", "native wg", "xla wg"),
     "native-bf16-wg": (_products, "NATIVE_BF16_WEIGHT_GRADIENT", "native bf16 wg", "xla bf16 wg"),
     "native-planar-mixed": (_mixed, "NATIVE_PLANAR_MIXED", "one vjp", "three vjps"),
-    "native-column-dot": (_products, "NATIVE_COLUMN_DOT", "native dD", "xla dD"),
+    "native-column-dot": (_products, "NATIVE_COLUMN_DOT", "native col dot", "xla col dot"),
 }
 
 

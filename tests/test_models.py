@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from s5jax.config import list_experiments, load_experiment
-from s5jax.core import _products
+from s5jax.core import _native, _products
 from s5jax.nn import (
     S5SSM,
     BatchNorm,
@@ -113,6 +113,46 @@ def test_batchnorm_training_gradients_equal_the_derived_ones(x64, getkey, monkey
         np.testing.assert_allclose(np.asarray(g), np.asarray(w_), rtol=1e-10, atol=1e-12)
     jvp_out = jax.jvp(lambda x: loss_module(x, bn.weight, bn.bias), (x,), (cy,))[1]
     np.testing.assert_allclose(float(jvp_out), float(jnp.sum(want[0] * cy)), rtol=1e-10)
+
+
+@pytest.mark.skipif(not _native.native_available(), reason="the native kernel cannot be built")
+def test_batchnorm_float32_gradient_through_the_native_column_dot(getkey, monkeypatch):
+    # In float32 on one CPU device the closed form's Σ_t ∂y·(x − m) is `native_column_dot` on x
+    # and m (`NATIVE_COLUMN_DOT`), none with the switch off; the gradients for x, the scale and
+    # the bias agree with the float64 derivation to float32 rounding either way, and with each
+    # other. x has a mean of 4 and a spread of 0.5: the centring matters.
+    B, L, H = 3, 1100, 6
+    x = jax.random.normal(getkey(), (B, L, H)) * 0.5 + 4
+    bn, state = eqx.nn.make_with_state(BatchNorm)(H, momentum=0.9)
+    w, b = jax.random.normal(getkey(), (2, H))
+    cy = jax.random.normal(getkey(), (B, L, H))
+
+    def loss(x, w, b):
+        m = eqx.tree_at(lambda m: (m.weight, m.bias), bn, (w, b))
+        y, _ = _batched(lambda xi, s: m(xi, s), (0, None))(x, state)
+        return jnp.sum(y * cy)
+
+    def plain(x, w, b, cy):
+        mean = jnp.mean(x, axis=(0, 1))[None, None]
+        var = jnp.mean(jnp.square(x - mean), axis=(0, 1))[None, None]
+        return jnp.sum(((x - mean) / jnp.sqrt(var + 1e-5) * w[None, None] + b[None, None]) * cy)
+
+    with jax.enable_x64(True):
+        cy64 = jnp.asarray(cy, jnp.float64)
+        f64 = tuple(jnp.asarray(a, jnp.float64) for a in (x, w, b))
+        want = jax.grad(lambda *a: plain(*a, cy64), argnums=(0, 1, 2))(*f64)
+        want = [np.asarray(a) for a in want]
+    got, calls = {}, {}
+    for flag in (True, False):
+        monkeypatch.setattr(_products, "NATIVE_COLUMN_DOT", flag)
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))  # traced afresh: the flag read
+        calls[flag] = grad.lower(x, w, b).as_text().count("@s5jax_column_dot(")
+        got[flag] = [np.asarray(a, np.float64) for a in grad(x, w, b)]
+    assert calls == {True: 1, False: 0}
+    for g_on, g_off, w_ in zip(got[True], got[False], want, strict=True):
+        scale = np.max(np.abs(w_))
+        np.testing.assert_allclose(g_on, w_, rtol=0, atol=2e-5 * scale)
+        np.testing.assert_allclose(g_on, g_off, rtol=0, atol=2e-5 * scale)
 
 
 def test_layernorm_equals_numpy_per_step(getkey):

@@ -452,57 +452,69 @@ def test_native_weight_gradient_vmaps_differentiates_and_rejects():
 @needs_native
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_native_column_dot_equals_the_float64_sum_on_any_thread_count(monkeypatch, dtype):
-    # Σ_r x ⊙ g per column. 2,500 rows are three blocks of 1,024 (the last short), with a batch
-    # of 2; one row; zero rows (zeros); N = 1 and odd N. Float32 accumulation: within 1e-6 of
-    # Σ|x||g| of the float64 sum of the same (bfloat16-rounded) values. Every thread count
-    # (S5JAX_NATIVE_THREADS, read at each call) gives the bits of one thread: the blocks' sums
-    # are added in block order.
+    # Σ_r (x − m) ⊙ g per column, m zero (None) and a shift near x's mean (3 + noise, x about
+    # 3: the centring BatchNorm's gradient needs). 2,500 rows are three blocks of 1,024 (the
+    # last short), with a batch of 2; one row; zero rows (zeros); N = 1 and odd N. Float32
+    # accumulation: within 1e-6 of Σ|x − m||g| of the float64 sum of the same
+    # (bfloat16-rounded) values. Every thread count (S5JAX_NATIVE_THREADS, read at each call)
+    # gives the bits of one thread: the blocks' sums are added in block order.
     rng = np.random.default_rng(19)
     f = jax.jit(_native.native_column_dot)
     for shape in ((2, 2500, 37), (1, 5), (0, 3), (300, 1), (4, 3, 130, 17)):
-        x = jnp.asarray(rng.normal(size=shape), dtype)
+        x = jnp.asarray(3 + rng.normal(size=shape), dtype)
         g = jnp.asarray(rng.normal(size=shape), jnp.float32)
-        results = []
-        for threads in ("1", "2", "5"):
-            monkeypatch.setenv("S5JAX_NATIVE_THREADS", threads)
-            results.append(np.asarray(f(x, g)))
-        for got in results[1:]:
-            np.testing.assert_array_equal(got, results[0])
-        assert results[0].shape == (*shape[:-2], shape[-1]) and results[0].dtype == np.float32
-        x64, g64 = np.asarray(x, np.float64), np.asarray(g, np.float64)
-        want, scale = np.sum(x64 * g64, axis=-2), np.sum(np.abs(x64 * g64), axis=-2)
-        assert np.all(np.abs(results[0] - want) <= 1e-6 * scale + 1e-7), shape
+        m = jnp.asarray(3 + 0.1 * rng.normal(size=(*shape[:-2], shape[-1])), jnp.float32)
+        for shift in (None, m):
+            results = []
+            for threads in ("1", "2", "5"):
+                monkeypatch.setenv("S5JAX_NATIVE_THREADS", threads)
+                results.append(np.asarray(f(x, g, shift)))
+            for got in results[1:]:
+                np.testing.assert_array_equal(got, results[0])
+            assert results[0].shape == m.shape and results[0].dtype == np.float32
+            x64, g64 = np.asarray(x, np.float64), np.asarray(g, np.float64)
+            if shift is not None:
+                x64 = x64 - np.expand_dims(np.asarray(m, np.float64), -2)
+            want, scale = np.sum(x64 * g64, axis=-2), np.sum(np.abs(x64 * g64), axis=-2)
+            assert np.all(np.abs(results[0] - want) <= 1e-6 * scale + 1e-7), shape
 
 
 @needs_native
 def test_native_column_dot_vmaps_differentiates_and_rejects():
-    # Under vmap the same bits as the batched call; gradients those of the plain
-    # Σ_r x ⊙ g (each in its input's dtype: a bfloat16 x gets a bfloat16 gradient).
+    # Under vmap (m batched or not) the same bits as the batched call; gradients those of the
+    # plain Σ_r (x − m) ⊙ g (each in its input's dtype: a bfloat16 x gets a bfloat16 gradient).
     rng = np.random.default_rng(20)
     x = jnp.asarray(rng.normal(size=(3, 41, 10)), jnp.float32)
     g = jnp.asarray(rng.normal(size=(3, 41, 10)), jnp.float32)
     w = jnp.asarray(rng.normal(size=(3, 10)), jnp.float32)
+    m = jnp.asarray(rng.normal(size=(3, 10)), jnp.float32)
+    batched = np.asarray(_native.native_column_dot(x, g, m))
+    np.testing.assert_array_equal(np.asarray(jax.vmap(_native.native_column_dot)(x, g, m)), batched)
     np.testing.assert_array_equal(
-        np.asarray(jax.vmap(_native.native_column_dot)(x, g)),
-        np.asarray(_native.native_column_dot(x, g)),
+        np.asarray(jax.vmap(_native.native_column_dot, in_axes=(0, 0, None))(x, g, m[1])),
+        np.asarray(_native.native_column_dot(x, g, jnp.broadcast_to(m[1], m.shape))),
     )
 
     def loss(f):
-        return lambda x, g: jnp.sum(w * f(x, g) ** 2)
+        return lambda x, g, m: jnp.sum(w * f(x, g, m) ** 2)
 
-    plain = lambda x, g: jnp.sum(x.astype(jnp.float32) * g, axis=-2)  # noqa: E731
+    def plain(x, g, m):
+        return jnp.sum((x.astype(jnp.float32) - m[:, None, :]) * g, axis=-2)
+
     for dtype, rtol in ((jnp.float32, 1e-5), (jnp.bfloat16, 1e-2)):  # bfloat16: its rounding
         xd = x.astype(dtype)
-        grads = jax.grad(loss(_native.native_column_dot), argnums=(0, 1))(xd, g)
-        wants = jax.grad(loss(plain), argnums=(0, 1))(xd, g)
+        grads = jax.grad(loss(_native.native_column_dot), argnums=(0, 1, 2))(xd, g, m)
+        wants = jax.grad(loss(plain), argnums=(0, 1, 2))(xd, g, m)
         for got, want in zip(grads, wants, strict=True):
             assert got.dtype == want.dtype
             got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
             np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-3)
     with pytest.raises(ValueError, match="of one shape"):
         _native.native_column_dot(x, g[:, :40])
-    with pytest.raises(ValueError, match="g float32"):
+    with pytest.raises(ValueError, match="g and m float32"):
         _native.native_column_dot(x, g.astype(jnp.bfloat16))
+    with pytest.raises(ValueError, match=r"m must be \(3, 10\)"):
+        _native.native_column_dot(x, g, w[0])
     with pytest.raises(ValueError, match="x float32 or bfloat16"):
         _native.native_column_dot(x.astype(jnp.float16), g)
 

@@ -1422,15 +1422,17 @@ ffi::Error WeightGradientImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBu
   return ffi::Error::Success();
 }
 
-// ---- column dot: d[b, j] = Σ_r x[b, r, j] g[b, r, j] ---------------------------------------
-// The gradient of D in the SSM's feed-through y = … + x ⊙ D (s5jax.core._products.scale_columns):
-// x (B, R, N) float32 or bfloat16, g (B, R, N) float32 (∂y), d (B, N) float32. XLA's CPU backend
+// ---- column dot: d[b, j] = Σ_r (x[b, r, j] − m[b, j]) g[b, r, j] --------------------------------
+// The gradient of D in the SSM's feed-through y = … + x ⊙ D (s5jax.core._products.scale_columns),
+// m = 0, and BatchNorm's Σ_t ∂y (x − mean) (s5jax.nn._norm), m the mean: x (B, R, N) float32 or
+// bfloat16, g (B, R, N) float32 (∂y), m (B, N) float32, d (B, N) float32. XLA's CPU backend
 // computes it as a product over the rows with the columns as a batch dimension, and for a
 // bfloat16 x first writes a float32 copy of the whole of x (its product takes one dtype): a
-// pass that reads 2 and writes 4 bytes an element, then the product reads 8. Here x and g are
-// read once, x widened in registers. Blocks of kCdBlock rows each sum into a partial row of
-// their own (float32, rows in order), and the partials are added in block order, so the result
-// does not depend on which thread ran which block.
+// pass that reads 2 and writes 4 bytes an element, then the product reads 8; and it writes x − m
+// to memory for its product (kept from the forward pass, where the variance reads it too). Here
+// x and g are read once, x widened and shifted in registers. Blocks of kCdBlock rows each sum
+// into a partial row of their own (float32, rows in order), and the partials are added in block
+// order, so the result does not depend on which thread ran which block.
 constexpr int64_t kCdBlock = 1024;
 
 inline float Widen(float v) { return v; }
@@ -1442,7 +1444,8 @@ inline float Widen(uint16_t v) {  // bfloat16 → float32, exact
 }
 
 template <typename X>
-void ColumnDot(const X* x, const float* g, float* d, int64_t B, int64_t R, int64_t N) {
+void ColumnDot(const X* x, const float* g, const float* m, float* d, int64_t B, int64_t R,
+               int64_t N) {
   const int64_t blocks = std::max<int64_t>(1, (R + kCdBlock - 1) / kCdBlock);
   std::vector<float> partial(static_cast<size_t>(B * blocks * N), 0.0f);
   ParallelOver(B * blocks, B * R * N, [&](int64_t u0, int64_t u1) {
@@ -1450,10 +1453,11 @@ void ColumnDot(const X* x, const float* g, float* d, int64_t B, int64_t R, int64
       const int64_t b = u / blocks, r0 = std::min(R, (u % blocks) * kCdBlock);
       const int64_t r1 = std::min(R, r0 + kCdBlock);
       float* __restrict p = partial.data() + u * N;
+      const float* __restrict mb = m + b * N;
       for (int64_t r = r0; r < r1; ++r) {
         const X* __restrict xr = x + (b * R + r) * N;
         const float* __restrict gr = g + (b * R + r) * N;
-        for (int64_t j = 0; j < N; ++j) p[j] += Widen(xr[j]) * gr[j];
+        for (int64_t j = 0; j < N; ++j) p[j] += (Widen(xr[j]) - mb[j]) * gr[j];
       }
     }
   });
@@ -1468,7 +1472,7 @@ void ColumnDot(const X* x, const float* g, float* d, int64_t B, int64_t R, int64
 }
 
 ffi::Error ColumnDotImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer g,
-                         ffi::Result<ffi::AnyBuffer> d) {
+                         ffi::AnyBuffer m, ffi::Result<ffi::AnyBuffer> d) {
   PoolScope scope(&pool);
   auto dx = x.dimensions(), dg = g.dimensions();
   const size_t nd = dx.size();
@@ -1477,9 +1481,10 @@ ffi::Error ColumnDotImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer 
   }
   const auto type = x.element_type();
   if ((type != ffi::DataType::F32 && type != ffi::DataType::BF16) ||
-      g.element_type() != ffi::DataType::F32 || d->element_type() != ffi::DataType::F32) {
+      g.element_type() != ffi::DataType::F32 || m.element_type() != ffi::DataType::F32 ||
+      d->element_type() != ffi::DataType::F32) {
     return ffi::Error::InvalidArgument(
-        "s5jax_column_dot: x float32 or bfloat16, g and the result float32");
+        "s5jax_column_dot: x float32 or bfloat16, g, m and the result float32");
   }
   int64_t B = 1;
   for (size_t k = 0; k < nd; ++k) {
@@ -1487,16 +1492,17 @@ ffi::Error ColumnDotImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer 
     if (k + 2 < nd) B *= dx[k];
   }
   const int64_t R = dx[nd - 2], N = dx[nd - 1];
-  if (d->element_count() != B * N) {
-    return ffi::Error::InvalidArgument("s5jax_column_dot: the result must be (..., N)");
+  if (d->element_count() != B * N || m.element_count() != B * N) {
+    return ffi::Error::InvalidArgument("s5jax_column_dot: m and the result must be (..., N)");
   }
   if (B * N == 0) return ffi::Error::Success();
   float* out = static_cast<float*>(d->untyped_data());
   const float* gp = static_cast<const float*>(g.untyped_data());
+  const float* mp = static_cast<const float*>(m.untyped_data());
   if (type == ffi::DataType::BF16) {
-    ColumnDot(static_cast<const uint16_t*>(x.untyped_data()), gp, out, B, R, N);
+    ColumnDot(static_cast<const uint16_t*>(x.untyped_data()), gp, mp, out, B, R, N);
   } else {
-    ColumnDot(static_cast<const float*>(x.untyped_data()), gp, out, B, R, N);
+    ColumnDot(static_cast<const float*>(x.untyped_data()), gp, mp, out, B, R, N);
   }
   return ffi::Error::Success();
 }
@@ -1570,6 +1576,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxWeightGradient, WeightGradientImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(S5jaxColumnDot, ColumnDotImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>());

@@ -489,54 +489,64 @@ def native_weight_gradient(a, g):
     return _weight_gradient(a, g)
 
 
-def _column_dot_call(x, g):
+def _column_dot_call(x, g, m):
     call = jax.ffi.ffi_call(
         _TARGET_COLUMN_DOT,
         jax.ShapeDtypeStruct((*x.shape[:-2], x.shape[-1]), jnp.float32),
         vmap_method="broadcast_all",
     )
-    return call(x, g)
+    return call(x, g, m)
 
 
 @jax.custom_vjp
-def _column_dot(x, g):
-    return _column_dot_call(x, g)
+def _column_dot(x, g, m):
+    return _column_dot_call(x, g, m)
 
 
-def _column_dot_fwd(x, g):
-    return _column_dot_call(x, g), (x, g)
+def _column_dot_fwd(x, g, m):
+    return _column_dot_call(x, g, m), (x, g, m)
 
 
-def _column_dot_bwd(res, c):  # d = Σ_r x ⊙ g: ∂x = c ⊙ g, ∂g = c ⊙ x, each in its input's dtype
-    x, g = res
-    c = jnp.expand_dims(c, -2)
-    return (c * g).astype(x.dtype), (c * x.astype(jnp.float32)).astype(g.dtype)
+def _column_dot_bwd(res, c):
+    # d = Σ_r (x − m) ⊙ g: ∂x = c ⊙ g, ∂g = c ⊙ (x − m), ∂m = −c Σ_r g; each in its input's dtype
+    x, g, m = res
+    c_row, m_row = jnp.expand_dims(c, -2), jnp.expand_dims(m, -2)
+    dg = c_row * (x.astype(jnp.float32) - m_row)
+    return (c_row * g).astype(x.dtype), dg.astype(g.dtype), -c * jnp.sum(g, axis=-2)
 
 
 _column_dot.defvjp(_column_dot_fwd, _column_dot_bwd)
 
 
-def native_column_dot(x, g):
-    """Σ_r x[..., r, :] ⊙ g[..., r, :], accumulated in float32: the gradient of D in y = x ⊙ D
-    over all rows (`s5jax.core._products.scale_columns`).
+def native_column_dot(x, g, m=None):
+    """Σ_r (x[..., r, :] − m) ⊙ g[..., r, :], accumulated in float32: the gradient of D in
+    y = x ⊙ D over all rows (`s5jax.core._products.scale_columns`, m = 0), and BatchNorm's
+    Σ_t ∂y ⊙ (x − mean) (`s5jax.nn._norm`).
 
-    `x` (..., R, N) float32 or bfloat16, `g` (..., R, N) float32; returns (..., N) float32.
-    XLA's CPU backend runs this as a product with the columns as a batch dimension, and for a
-    bfloat16 `x` through a float32 copy of it; the kernel reads both once (blocks of rows over
-    XLA's threads, summed in block order: `_native.cc`). Works under `jax.jit`, `jax.vmap` and
-    `jax.grad`. Needs the native kernel (`native_available()`).
+    `x` (..., R, N) float32 or bfloat16, `g` (..., R, N) float32, `m` (..., N) float32 or None
+    (zeros); returns (..., N) float32. XLA's CPU backend runs this as a product with the
+    columns as a batch dimension, on a float32 copy of a bfloat16 `x` and on x − m written to
+    memory; the kernel reads `x` and `g` once (blocks of rows over XLA's threads, summed in
+    block order: `_native.cc`). Works under `jax.jit`, `jax.vmap` and `jax.grad`. Needs the
+    native kernel (`native_available()`).
     """
     if x.ndim < 2 or x.shape != g.shape:
         raise ValueError(
             f"native_column_dot: x and g (..., R, N) of one shape, got {x.shape} and {g.shape}"
         )
-    if x.dtype not in (jnp.float32, jnp.bfloat16) or g.dtype != jnp.float32:
+    want = (*x.shape[:-2], x.shape[-1])
+    if m is None:
+        m = jnp.zeros(want, jnp.float32)
+    if m.shape != want:
+        raise ValueError(f"native_column_dot: m must be {want}, got {m.shape}")
+    if x.dtype not in (jnp.float32, jnp.bfloat16) or g.dtype != m.dtype or g.dtype != jnp.float32:
         raise ValueError(
-            f"native_column_dot: x float32 or bfloat16 and g float32, got {x.dtype} and {g.dtype}"
+            "native_column_dot: x float32 or bfloat16, g and m float32, got "
+            f"{x.dtype}, {g.dtype} and {m.dtype}"
         )
     if not native_available():
         raise RuntimeError(f"native_column_dot is unavailable: {native_build_error()}")
-    return _column_dot(x, g)
+    return _column_dot(x, g, m)
 
 
 def native_weight_gradient_bfloat16() -> bool:

@@ -53,13 +53,16 @@ hits it at every batch-1 step: Path-X and Speech at the CPU benchmark shapes, si
 On one CPU device with the native library that contraction is `native_column_dot`
 (`NATIVE_COLUMN_DOT`, since 2026-12-03), which reads x as it is stored: under bfloat16
 products the layer's input u is bfloat16, and XLA's product took a float32 copy of it, written
-in the forward pass and kept until the backward pass. Without it the compiled bfloat16 training
-steps need 3–12 % less scratch memory (XLA's `memory_analysis()`; Zen 4 EPYC, CPU shapes,
-`benchmarks/products.py --switch native-column-dot --precision bf16 --memory`: psMNIST 709.5 →
-632.9 MiB, Text 996.0 → 900.0, Image 487.1 → 439.1, ListOps 540.5 → 476.5; float32 steps
-unchanged); whole steps within that run's noise (XLA / native 0.94–1.05), ∂D alone 1.1–1.4×
-faster (vmapped, with ∂x: (50, 784, 128) bfloat16 2.25 → 1.56 ms, float32 3.99 → 3.46; a
-`/tmp` script, 20 interleaved calls).
+in the forward pass and kept until the backward pass. The same kernel, with a shift, computes
+BatchNorm's Σ_t ∂y ⊙ (x − mean) (`s5jax.nn._norm`), for which XLA wrote x − mean in the forward
+pass and kept it. With both, the compiled training steps need less scratch memory (XLA's
+`memory_analysis()`; Zen 4 EPYC, CPU shapes, `benchmarks/products.py --switch
+native-column-dot --precision bf16|fp32 --memory --out products-native-column-dot-bn-…`): bf16
+9–22 % less (psMNIST 709.5 → 575.6 MiB, Text 996.0 → 820.1, Image 487.1 → 399.1, ListOps 540.5
+→ 420.5), float32 6–11 % less (psMNIST 652.1 → 594.8, Text 869.1 → 797.1, ListOps 504.4 →
+448.4); Pendulum (LayerNorm, batch 32 × 50 steps) unchanged. Whole steps within those runs'
+noise (XLA / native 0.95–1.09); ∂D alone 1.1–1.4× faster (vmapped, with ∂x: (50, 784, 128)
+bfloat16 2.25 → 1.56 ms, float32 3.99 → 3.46; a `/tmp` script, 20 interleaved calls).
 
 The batch's sum of the per-example weight gradients: JAX batches a custom VJP by running its
 backward pass per example and summing the (batch, K, N) stack with one `reduce_sum`, which
@@ -205,10 +208,10 @@ measured). See the module docstring for the host it was measured on. Read when a
 traced."""
 
 NATIVE_COLUMN_DOT = True
-"""Whether `scale_columns`' gradient for `d`, Σ_m g[m] x[m], runs through
-`s5jax.core._native.native_column_dot` (x and g read once, x widened in registers) instead of
-XLA's product over the rows, on one CPU device with the native library built (see the module
-docstring). Read when a function is traced."""
+"""Whether `scale_columns`' gradient for `d`, Σ_m g[m] x[m], and BatchNorm's Σ_t g (x − mean)
+(`s5jax.nn._norm`) run through `s5jax.core._native.native_column_dot` (x and g read once, x
+widened and shifted in registers) instead of XLA's products over the rows, on one CPU device
+with the native library built (see the module docstring). Read when a function is traced."""
 
 MASTER_WEIGHT_GRADIENT = True
 """Whether `matmul(..., operand_dtype=...)` casts inside the product, so that a float32 weight's
@@ -468,8 +471,9 @@ def _native_float32_weight_gradient(a, b, g, preferred_element_type) -> bool:
 
 
 def _native_column_dot(x, g) -> bool:
-    """Whether `scale_columns`' ∂d runs through `native_column_dot` (`NATIVE_COLUMN_DOT`): x
-    float32 or bfloat16, g float32, one CPU device, the native library built."""
+    """Whether Σ over the rows of x ⊙ g (`scale_columns`' ∂d, BatchNorm's centred sum) runs
+    through `native_column_dot` (`NATIVE_COLUMN_DOT`): x float32 or bfloat16, g float32, one
+    CPU device, the native library built."""
     return (
         NATIVE_COLUMN_DOT
         and x.dtype in (jnp.float32, jnp.bfloat16)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..core import _products
+from ..core import _native, _products
 from ._dense import check_precision, compute_dtype
 
 __all__ = ["BatchNorm", "LayerNorm"]
@@ -35,7 +35,11 @@ def _row(v: Float[Array, " H"], like: Float[Array, "L H"]) -> Float[Array, "L H"
 # Σ g and Σ g·(x − m) and one pass for dx. The collectives (`pmean`) stay outside the custom
 # VJPs, whose backward passes JAX runs outside the `vmap` that names the batch axis; JAX's
 # own rules carry the cotangents of m, s and the variance through them. Same values and
-# gradients (tests/test_models.py checks them against the plain formula in float64).
+# gradients (tests/test_models.py checks them against the plain formula in float64). On one CPU
+# device with the native library, Σ g·(x − m) is `s5jax.core._native.native_column_dot` on x and
+# m: XLA's product over time needs x − m in memory, which XLA wrote in the forward pass and
+# kept for the backward one (an (L, H) float32 array a layer; `s5jax.core._products`
+# `NATIVE_COLUMN_DOT` has the memory it saves).
 def _plain_shift_scale(x, m, s, b):
     """(x − m) · s + b over one sequence x (L, H), per feature."""
     return (x - _row(m, x)) * _row(s, x) + _row(b, x)
@@ -54,11 +58,16 @@ def _shift_scale_fwd(x, m, s, b):
 def _shift_scale_bwd(residuals, g):
     x, m, s = residuals
     sum_g = jnp.sum(g, axis=0)
-    # Σ_t g·(x − m) as a contraction over time with the features as a batch dimension: under
-    # the model's vmap with a batch of one, XLA's CPU backend ran the product-and-sum form over
-    # the middle axis of (1, L, H) 10-14× slower (f32 (1, 4,096, 128): 4.1 ms against 0.36 ms;
-    # (50, 784, 96): 3.07 against 3.12 ms; 2-core Intel Xeon, 2026-11-29, a `/tmp` script).
-    sum_gx = jax.lax.dot_general(g, x - _row(m, x), (((0,), (0,)), ((1,), (1,))))
+    if _products._native_column_dot(x, g) and m.dtype == jnp.float32:
+        # Σ_t g·(x − m) read from x itself: XLA's product needs x − m in memory, and XLA then
+        # wrote it in the forward pass (where the variance reads it too) and kept it until here.
+        sum_gx = _native.native_column_dot(x, g, m)
+    else:
+        # As a contraction over time with the features as a batch dimension: under the model's
+        # vmap with a batch of one, XLA's CPU backend ran the product-and-sum form over the
+        # middle axis of (1, L, H) 10-14× slower (f32 (1, 4,096, 128): 4.1 ms against 0.36 ms;
+        # (50, 784, 96): 3.07 against 3.12 ms; 2-core Intel Xeon, 2026-11-29, a `/tmp` script).
+        sum_gx = jax.lax.dot_general(g, x - _row(m, x), (((0,), (0,)), ((1,), (1,))))
     return g * _row(s, x), -s * sum_g, sum_gx, sum_g
 
 
