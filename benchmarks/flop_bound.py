@@ -15,8 +15,8 @@ matrix products at the host's arithmetic peak. This benchmark measures, in one r
 - **the products of our step** (`product_flops`): the step `s5jax train` runs
   (`train_step.build_ours`, `scan_method = "auto"`, float32), traced (not run), and every
   matrix product in it counted: XLA's `dot_general`s (2 FLOP per multiply-add, batch dims
-  included) and the native weight gradients (`s5jax_weight_gradient`, aᵀg, and D's
-  `s5jax_column_dot`, Σ x ⊙ g over the rows). Scans, norms and
+  included) and the native weight gradients (`s5jax_weight_gradient`, aᵀg, and
+  `s5jax_column_dot`, Σ (x − m) ⊙ g over the rows: D's and BatchNorm's). Scans, norms and
   elementwise work are not counted, so the count is a lower bound on the step's arithmetic.
 - **the steps**: ours in float32 and in bfloat16 (`model.precision = "bf16"`) and the
   authors' (`baseline_model.py`), each in a process of its own, called in turn
@@ -80,7 +80,8 @@ def _weight_gradient_flops(eqn) -> int:
 
 
 def _column_dot_flops(eqn) -> int:
-    """2 × multiply-adds of the native Σ_r x ⊙ g (D's gradient): one per element of x."""
+    """2 × multiply-adds of the native Σ_r (x − m) ⊙ g (D's gradient, BatchNorm's centred
+    sum): one per element of x."""
     return 2 * math.prod(eqn.invars[0].aval.shape)
 
 

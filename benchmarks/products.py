@@ -58,6 +58,7 @@ import dataclasses
 import jax
 import train_step as ts
 from _common import device_info, out_name, print_table, time_interleaved, write_json
+from train_step_memory import compiled_memory
 
 from s5jax.config import load_experiment
 from s5jax.core import _mixed, _products, _ssm
@@ -85,12 +86,6 @@ def _switched_off(module, flag: str):
         yield
     finally:
         setattr(module, flag, saved)
-
-
-def _temp_mib(cfg, s: dict, batch: dict, key) -> float:
-    """XLA's scratch memory (MiB) of our compiled step for `cfg` at shapes `s` (nothing run)."""
-    _, step, carry = ts.build_ours(cfg, s, "auto")
-    return step.lower(*carry, batch, key).compile().memory_analysis().temp_size_in_bytes / 2**20
 
 
 def main() -> None:
@@ -134,9 +129,10 @@ def main() -> None:
             "speedup": ms_off / ms_on, "timings": timings,
         })  # fmt: skip
         if args.memory:
-            rows[-1]["temp_mib"] = _temp_mib(cfg, s, batch, key)
+            mib = compiled_memory(task, s, "auto", cfg)["temp_bytes"] / 2**20
             with _switched_off(module, flag):
-                rows[-1]["plain_temp_mib"] = _temp_mib(cfg, s, batch, key)
+                plain_mib = compiled_memory(task, s, "auto", cfg)["temp_bytes"] / 2**20
+            rows[-1].update(temp_mib=mib, plain_temp_mib=plain_mib)
         print(f"{task}: {on} {ms_on:.1f} ms, {off} {ms_off:.1f} ms", flush=True)
     memory = [("temp_mib", f"{on} MiB", ".1f"), ("plain_temp_mib", f"{off} MiB", ".1f")]
     print_table(rows, [

@@ -54,10 +54,11 @@ GIB = 2**30
 BASELINE = "baseline"
 
 
-def compiled_memory(task: str, s: dict, method: str) -> dict:
+def compiled_memory(task: str, s: dict, method: str, cfg=None) -> dict:
     """`memory_analysis()` of our compiled training step, or of the authors' model's
-    (`baseline_model.py`, as `train_step.py` times it) for `method == BASELINE`."""
-    cfg = load_experiment(task)
+    (`baseline_model.py`, as `train_step.py` times it) for `method == BASELINE`. `cfg`: the
+    experiment's config (default: `load_experiment(task)`)."""
+    cfg = cfg if cfg is not None else load_experiment(task)
     model, step, carry = build_ours(cfg, s, "chunked" if method == BASELINE else method,
                                     init=jax.eval_shape)  # fmt: skip
     batch = jax.eval_shape(lambda: random_batch(task, s, jax.random.PRNGKey(1)))

@@ -404,16 +404,15 @@ def _ssm_from_elements(
         y = _project_states((xs, xs_b), C_tilde, matmul_dtype, _factor(conj_sym))
     else:
         y = _project(xs, C_tilde, matmul_dtype, _factor(conj_sym))
-    y = _feed_through(y, D, u, matmul_dtype)
+    y = _feed_through(y, D, u)
     return (y, final) if return_state else y
 
 
-def _feed_through(y, D, u, matmul_dtype):
+def _feed_through(y, D, u):
     """y + D ⊙ u, the feed-through in the state's real dtype (y already carries f, the
     conjugate-symmetry factor, from its product's weight: `_output_weight`). A narrower u
     (bfloat16 under mixed precision) is widened inside the product, exactly, and kept narrow as
     the residual of ∂D: no float32 copy of it is written (`_products.scale_columns`)."""
-    del matmul_dtype  # u ⊙ D promotes to D's dtype with or without mixed-precision products
     return y + scale_columns(u, D)  # ∂D as a contraction over time: `_products.scale_columns`
 
 
@@ -434,11 +433,11 @@ def _apply_planar(Lambda_bar, B_bar, C_tilde, D, u, *, conj_sym, bidirectional, 
             u, _input_weight(B_bar), planar_lanes(Lambda_bar, dtype),
             _output_weight(C_tilde, _factor(conj_sym)), bidirectional,
         )  # fmt: skip
-        return _feed_through(y, D, u, matmul_dtype)
+        return _feed_through(y, D, u)
     X = native_planar_states(Lambda_bar, _planar_matvecs(u, B_bar, matmul_dtype), bidirectional)
     y = _weight_product(X, _output_weight(C_tilde, _factor(conj_sym)), matmul_dtype,
                         B_bar.real.dtype)  # fmt: skip
-    y = _feed_through(y, D, u, matmul_dtype)
+    y = _feed_through(y, D, u)
     if not return_state:
         return y
     re_im = X.shape[1] // 2  # the forward direction's state: columns :P and re_im:re_im + P
