@@ -257,8 +257,9 @@ def main() -> None:
         except RuntimeError as error:
             parser.error(str(error))
     xla = xla_product_rate()
+    bf16_peak = f"{peak['bf16']:.0f}" if peak["bf16"] else "not probed (no AVX512_BF16, or AMX)"
     print(f"peak GFLOP/s on {threads} threads: fp32 {peak['fp32']:.0f}, bf16 "
-          f"{peak['bf16'] or float('nan'):.0f}; XLA's best product: fp32 {xla['fp32']:.0f}, "
+          f"{bf16_peak}; XLA's best product: fp32 {xla['fp32']:.0f}, "
           f"bf16 {xla['bf16']:.0f} ({100 * xla['fp32'] / peak['fp32']:.0f} % of the fp32 "
           "peak)", flush=True)  # fmt: skip
 
@@ -274,9 +275,13 @@ def main() -> None:
             ours_ms = times[f"ours[auto/{p}]"]["median_s"] * 1e3
             row = bound_row(task, s, flops["total"], base_ms, ours_ms, peak, xla, p)
             rows.append(row)
+            bound = (
+                f"products at the peak {row['products_ms']:.0f} ms: bound {row['bound']:.2f}x"
+                if row["products_ms"]
+                else "no peak probed for this precision"
+            )
             print(f"  {p}: ours {ours_ms:.0f} ms, baseline {base_ms:.0f} ms: {row['ratio']:.2f}x"
-                  f"; products at the peak {row['products_ms'] or float('nan'):.0f} ms: bound "
-                  f"{row['bound'] or float('nan'):.2f}x", flush=True)  # fmt: skip
+                  f"; {bound}", flush=True)  # fmt: skip
         results.append({"task": task, "shapes": s, "flops": flops, "timings": times})
         path = write_json(args.out, {
             "benchmark": "flop_bound", "device": info, "repeats": args.repeats,
