@@ -287,3 +287,40 @@ def test_steps_compile_once_despite_a_padded_last_batch(tmp_path):
     assert 0.0 <= val["accuracy"] <= 1.0
     # Padding rows do not count: the accuracy is a multiple of 1/37.
     assert abs(val["accuracy"] * 37 - round(val["accuracy"] * 37)) < 1e-4
+
+
+def test_bf16_on_a_cpu_without_bfloat16_arithmetic_is_warned_about(tmp_path, monkeypatch):
+    """`model.precision = "bf16"` on an x86 CPU whose flags have neither avx512_bf16 nor
+    amx_bf16 prints one warning line at the start of training (its steps are slower than
+    float32 ones there); with either flag, in float32, or where no x86 flags can be read
+    (another OS, an Arm CPU), nothing. The flags come from /proc/cpuinfo's first `flags` line."""
+    from s5jax.train import _engine
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma\n\n"
+        "processor\t: 1\nflags\t\t: fpu avx512_bf16\n"
+    )
+    assert _engine._cpu_flags(cpuinfo) == {"fpu", "sse2", "avx", "avx2", "fma"}
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
+    assert _engine._cpu_flags(arm) is None
+    assert _engine._cpu_flags(tmp_path / "missing") is None
+
+    bf16, fp32 = _cfg("model.precision=bf16"), _cfg()
+    avx2 = {"avx", "avx2", "fma"}
+    warning = _engine._precision_warning(bf16, avx2)
+    assert warning is not None and warning.startswith("warning: model.precision = 'bf16'")
+    assert "\n" not in warning and "model.precision = 'fp32'" in warning
+    for flags in (avx2 | {"avx512_bf16"}, avx2 | {"amx_bf16"}):
+        assert _engine._precision_warning(bf16, flags) is None
+    assert _engine._precision_warning(fp32, avx2) is None
+    monkeypatch.setattr(_engine, "_cpu_flags", lambda: None)
+    assert _engine._precision_warning(bf16) is None
+
+    # Printed once, at the start of a run.
+    monkeypatch.setattr(_engine, "_cpu_flags", lambda: avx2)
+    stream = io.StringIO()
+    cfg = _cfg("model.precision=bf16", "train.epochs=1", "data.n_train=32")
+    train_and_evaluate(cfg, tmp_path / "run", progress=False, stream=stream)
+    assert stream.getvalue().count(warning) == 1

@@ -436,8 +436,9 @@ def _own_run(run: _Run, lock, mode: str, progress: bool, out, defaults=None) -> 
     )
     print(run.group_table, file=out)
     print(_describe_data(run.dataset), file=out)
-    if (warning := _remat_warning(config)) is not None:
-        print(warning, file=out)
+    for warning in (_remat_warning(config), _precision_warning(config)):
+        if warning is not None:
+            print(warning, file=out)
     if resumed:
         print(f"resumed from epoch {history['epoch']} (step {history['step']})", file=out)
     ckpt = ckpt or Checkpoints(workdir)
@@ -541,6 +542,40 @@ def _remat_warning(config: ExperimentConfig) -> str | None:
     return (
         f"warning: model.remat = {config.model.remat!r} saves little memory on CPU unless JAX "
         f"starts with XLA_FLAGS={_CPU_REMAT_FLAG} (set it before running s5jax)"
+    )
+
+
+_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+"""/proc/cpuinfo flags of x86 CPUs with bfloat16 arithmetic, which XLA's bfloat16 products (and
+s5jax's native bfloat16 weight gradient) can use."""
+
+
+def _cpu_flags(path: str | Path = "/proc/cpuinfo") -> set[str] | None:
+    """The first processor's x86 flags (its `flags` line), or None where there is none to read
+    (not Linux, or not x86: an Arm CPU lists `Features` instead)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return None
+
+
+def _precision_warning(config: ExperimentConfig, flags: set[str] | None = None) -> str | None:
+    """bf16 on an x86 CPU without bfloat16 arithmetic: its products run through float32
+    conversions and the steps are slower than float32 ones (docs/results.md). `flags`: the
+    CPU's flags (default: `_cpu_flags()`)."""
+    if getattr(config.model, "precision", "fp32") != "bf16" or jax.default_backend() != "cpu":
+        return None
+    flags = _cpu_flags() if flags is None else flags
+    if flags is None or any(f in flags for f in _BF16_CPU_FLAGS):
+        return None
+    return (
+        "warning: model.precision = 'bf16' on a CPU without bfloat16 arithmetic (no avx512_bf16 "
+        "or amx_bf16 in /proc/cpuinfo): bf16 training steps took 1.3-1.5x as long as float32 "
+        "ones on such a CPU (docs/results.md); model.precision = 'fp32' is faster here"
     )
 
 
