@@ -564,9 +564,10 @@ def _cpu_flags(path: str | Path = "/proc/cpuinfo") -> set[str] | None:
 
 
 def _precision_warning(config: ExperimentConfig, flags: set[str] | None = None) -> str | None:
-    """bf16 on an x86 CPU without bfloat16 arithmetic: its products run through float32
-    conversions and the steps are slower than float32 ones (docs/results.md). `flags`: the
-    CPU's flags (default: `_cpu_flags()`)."""
+    """bf16 on an x86 CPU without bfloat16 arithmetic, where its steps are slower than float32
+    ones (1.31-1.50x as long on nine paper configs, a 2-core AMD EPYC with AVX2 only,
+    `benchmarks/flop_bound.py`, docs/results.md). `flags`: the CPU's flags (default:
+    `_cpu_flags()`)."""
     if getattr(config.model, "precision", "fp32") != "bf16" or jax.default_backend() != "cpu":
         return None
     flags = _cpu_flags() if flags is None else flags
