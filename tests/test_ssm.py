@@ -223,26 +223,36 @@ def test_segments_equal_resets_at_each_segment_start(x64, getkey, bidir, method)
     w = jax.random.normal(getkey(), (3 * 8, 3), jnp.float64)
     resets = jnp.zeros(3 * 8, bool).at[starts].set(True)
 
+    # Jitted (segments, a Python int, is static): op by op the eight cases took 35 s in one
+    # process, jitted 25 s.
+    @eqx.filter_jit
+    def run(layer, u, **kwargs):
+        return layer(u, **kwargs)
+
     def loss(layer, u, **kwargs):
         return jnp.sum(w * layer(u, **kwargs))
 
     for dt_ in (None, dt):
         if dt_ is not None and method in ("fused", "native"):
             continue  # per-step Δ runs the scan: covered by "sequential" and "chunked"
-        got = layer(u, dt=dt_, segments=3)
-        want = layer(u, dt=dt_, resets=resets)
+        got = run(layer, u, dt=dt_, segments=3)
+        want = run(layer, u, dt=dt_, resets=resets)
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-11, atol=1e-11)
-        parts = jnp.concatenate([layer(u[k : k + 8], dt=None if dt_ is None else dt_[k : k + 8])
-                                 for k in (0, 8, 16)])  # fmt: skip
+        parts = jnp.concatenate([run(layer, u[k : k + 8], dt=None if dt_ is None else
+                                     dt_[k : k + 8]) for k in (0, 8, 16)])  # fmt: skip
         np.testing.assert_allclose(np.asarray(got), np.asarray(parts), rtol=1e-11, atol=1e-11)
-    g_seg = eqx.filter_grad(loss)(layer, u, segments=3)
-    g_res = eqx.filter_grad(loss)(layer, u, resets=resets)
+    grad = eqx.filter_jit(eqx.filter_grad(loss))
+    g_seg = grad(layer, u, segments=3)
+    g_res = grad(layer, u, resets=resets)
     for a, b in zip(
         jax.tree_util.tree_leaves(g_seg), jax.tree_util.tree_leaves(g_res), strict=True
     ):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-11)
-    gu_seg = jax.grad(lambda u: loss(layer, u, segments=3))(u)
-    gu_res = jax.grad(lambda u: loss(layer, u, resets=resets))(u)
+    grad_u = jax.jit(
+        jax.grad(lambda u, **kwargs: loss(layer, u, **kwargs)), static_argnames="segments"
+    )
+    gu_seg = grad_u(u, segments=3)
+    gu_res = grad_u(u, resets=resets)
     np.testing.assert_allclose(np.asarray(gu_seg), np.asarray(gu_res), rtol=1e-10, atol=1e-11)
 
 
@@ -273,12 +283,12 @@ def test_long_sequence_gradients_are_finite_and_outputs_bounded(getkey):
     u = jax.random.normal(getkey(), (65_536, 4), jnp.float32)
 
     @jax.jit
-    def loss_and_grad(layer):
+    def loss_and_grad(layer, u):
         import equinox as eqx
 
         return eqx.filter_value_and_grad(lambda m: jnp.mean(m(u) ** 2))(layer)
 
-    loss, grads = loss_and_grad(layer)
+    loss, grads = loss_and_grad(layer, u)
     assert np.isfinite(float(loss)) and float(loss) < 1e3
     for g in jax.tree_util.tree_leaves(grads):
         assert bool(jnp.all(jnp.isfinite(g)))
