@@ -1,5 +1,5 @@
 """Test-wide settings: the CPU allocator tuning, strict dtype and rank promotion (as equinox
-does), and a key fixture.
+does), a limit on the constants a jitted function may capture, and a key fixture.
 
 Shapes in `s5jax.core` and `s5jax.nn` signatures are checked at run time by jaxtyping with
 beartype (see `addopts` in pyproject.toml).
@@ -16,6 +16,14 @@ configure_cpu_malloc()
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# A jitted function that closes over a large array compiles it into its program as a constant,
+# and XLA then compiles for seconds what takes a tenth of one with the array as an argument
+# (tests/test_scan_native.py's planar gradients, a 50 MiB cotangent: 2.7 s native and 5.6 s
+# reference against 0.14 and 0.47 s). JAX warns above this many captured bytes, and the suite's
+# warnings are errors (`filterwarnings` in pyproject.toml): pass large arrays as arguments.
+jax.config.update("jax_captured_constants_warn_bytes", 1 << 20)
+jax.config.update("jax_captured_constants_report_frames", 3)
 
 
 @pytest.fixture
