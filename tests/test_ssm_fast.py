@@ -6,6 +6,7 @@ sequential scan on complex arrays (float64 where precision matters), outputs and
 `small_blocks` shrinks the block to 8 steps so that short sequences span several blocks.
 """
 
+import functools
 import itertools
 
 import equinox as eqx
@@ -153,22 +154,23 @@ def test_apply_ssm_auto_counts_states_per_sequence(x64, monkeypatch, getkey, bid
         return fused(*args, **kwargs)
 
     monkeypatch.setattr(_ssm, "_apply_fused", spy)
-    want = core.apply_ssm(Lambda_bar, B_bar, C, D, u, bidirectional=bidir, method="sequential")
+
+    def ssm(method):  # a new function each time: traced afresh, the threshold read anew
+        return lambda v: core.apply_ssm(Lambda_bar, B_bar, C, D, v, bidirectional=bidir,
+                                        method=method)  # fmt: skip
+
+    def square_grad(f):
+        return jax.jit(jax.grad(lambda v: jnp.sum(f(v) ** 2)))
+
+    want = jax.jit(ssm("sequential"))(u)
+    ref = square_grad(ssm("sequential"))(u)
     for limit, used_fused in ((states, False), (states - 1, True)):
         monkeypatch.setattr(_ssm, "AUTO_CPU_FUSED_ABOVE", limit)
         calls.clear()
-        got = jax.grad(
-            lambda v: jnp.sum(core.apply_ssm(Lambda_bar, B_bar, C, D, v, bidirectional=bidir) ** 2)
-        )(u)
-        y = core.apply_ssm(Lambda_bar, B_bar, C, D, u, bidirectional=bidir)
+        got = square_grad(ssm("auto"))(u)
+        y = jax.jit(ssm("auto"))(u)
         assert bool(calls) == used_fused
         _close(y, want)
-        ref = jax.grad(
-            lambda v: jnp.sum(
-                core.apply_ssm(Lambda_bar, B_bar, C, D, v, bidirectional=bidir,
-                               method="sequential") ** 2
-            )
-        )(u)  # fmt: skip
         _close(got, ref)
 
 
@@ -234,7 +236,7 @@ def test_bidirectional_reuse_of_b_bar_u_matches_remaking_it(
 
     grad = jax.value_and_grad(loss, argnums=(1, 2, 3, 4, 5), has_aux=True)
     args = (Lambda_bar, B_bar, C, D, u)
-    (_, y_seq), g_seq = grad("sequential", *args)
+    (_, y_seq), g_seq = jax.jit(grad, static_argnums=0)("sequential", *args)
     programs = []
     for limit in (_ssm.FUSED_REUSE_BYTES, 0):
         monkeypatch.setattr(_ssm, "FUSED_REUSE_BYTES", limit)
@@ -329,9 +331,13 @@ def test_per_example_gradients_under_vmap_of_grad(x64, small_blocks, getkey):
         y = core.apply_ssm(Lambda_bar, B_bar, C, D, v, bidirectional=True, method=method)
         return jnp.sum(jnp.tanh(y))
 
-    per_example = jax.vmap(jax.grad(loss, argnums=(1, 2)), in_axes=(None, None, None, 0))
-    fused = per_example("fused", B_bar, C, u)
-    looped = [jax.grad(loss, argnums=(1, 2))("sequential", B_bar, C, u[i]) for i in range(4)]
+    # Jitted, as in the next two tests: op by op these three took 22.5 s in one process, 11.0 s
+    # jitted (2-core Zen 4 EPYC).
+    grad = jax.grad(loss, argnums=(1, 2))
+    per_example = jax.vmap(grad, in_axes=(None, None, None, 0))
+    fused = jax.jit(per_example, static_argnums=0)("fused", B_bar, C, u)
+    one = jax.jit(grad, static_argnums=0)  # compiled once for the four examples
+    looped = [one("sequential", B_bar, C, u[i]) for i in range(4)]
     _close(fused, jax.tree_util.tree_map(lambda *g: jnp.stack(g), *looped))
     assert float(jnp.max(jnp.abs(fused[0][0] - fused[0][1]))) > 1e-3  # examples differ
 
@@ -343,18 +349,20 @@ def test_batched_systems_and_jacobians(x64, small_blocks, getkey):
     stacked = jax.tree_util.tree_map(lambda *z: jnp.stack(z), *systems)
     u = jax.random.normal(getkey(), (2, 16, 3), jnp.float64)
 
-    def run(method):
+    @functools.partial(jax.jit, static_argnums=0)
+    def run(method, stacked, u):
         def one(Lambda_bar, B_bar, C, D, v):
             return core.apply_ssm(Lambda_bar, B_bar, C, D, v, method=method)
 
         return jax.vmap(one)(*stacked, u)
 
-    _close(run("fused"), run("sequential"))
+    _close(run("fused", stacked, u), run("sequential", stacked, u))
 
-    def f(method, v):
-        return core.apply_ssm(*systems[0], v, bidirectional=False, method=method)
+    def f(method, v, system):
+        return core.apply_ssm(*system, v, bidirectional=False, method=method)
 
-    jac = [jax.jacrev(f, argnums=1)(m, u[0]) for m in ("fused", "sequential")]
+    jacobian = jax.jit(jax.jacrev(f, argnums=1), static_argnums=0)
+    jac = [jacobian(m, u[0], systems[0]) for m in ("fused", "sequential")]
     _close(jac[0], jac[1])
 
 
@@ -367,7 +375,7 @@ def test_checkpointed_fused_ssm_gives_the_same_gradients(x64, small_blocks, getk
         call = eqx.filter_checkpoint(lambda m, v: m(v)) if remat else (lambda m, v: m(v))
         return jnp.sum(jnp.sin(jax.vmap(lambda v: call(m, v))(u)))
 
-    g = [eqx.filter_grad(loss)(layer, r) for r in (False, True)]
+    g = [eqx.filter_jit(eqx.filter_grad(loss))(layer, r) for r in (False, True)]
     _close(eqx.filter(g[0], eqx.is_array), eqx.filter(g[1], eqx.is_array))
 
 
@@ -378,9 +386,10 @@ def test_a_batch_equals_its_examples_run_one_by_one(getkey, L, bidir):
     # with the number of rows), i.e. to float32 rounding relative to the output's scale.
     layer = S5SSM(4, 8, bidirectional=bidir, scan_method="fused", key=getkey())
     u = jax.random.normal(getkey(), (3, L, 4))
-    batched = jax.vmap(layer)(u)
+    batched = eqx.filter_jit(lambda m, u: jax.vmap(m)(u))(layer, u)
+    one = eqx.filter_jit(lambda m, v: m(v))
     for i in range(3):
-        alone = np.asarray(layer(u[i]))
+        alone = np.asarray(one(layer, u[i]))
         scale = float(np.max(np.abs(alone)))
         np.testing.assert_allclose(np.asarray(batched[i]), alone, rtol=1e-6, atol=1e-6 * scale)
 
