@@ -19,7 +19,7 @@ from s5jax.train import read_metrics
 from s5jax.train._checkpoint import Checkpoints
 from s5jax.train._datasets import synthetic_dataset
 from s5jax.train._engine import TrainingDiverged, train_and_evaluate
-from s5jax.train._run_info import native_scan_status
+from s5jax.train._run_info import native_scan_status, pallas_scan_status
 
 
 def _cfg(*overrides):
@@ -75,6 +75,24 @@ def test_native_scan_status_does_not_build_for_methods_that_cannot_use_it(monkey
     assert native_scan_status("auto") == "unavailable: S5JAX_NATIVE=0 is set"
     monkeypatch.setattr(core, "native_available", lambda: True)
     assert native_scan_status("native") == "available"
+
+
+def test_pallas_scan_status_says_whether_auto_runs_the_kernel(monkeypatch):
+    from s5jax.core import _ssm
+
+    monkeypatch.delenv("S5JAX_PALLAS", raising=False)
+    assert pallas_scan_status("chunked") == "not used (scan_method = 'chunked')"
+    assert pallas_scan_status("pallas") == "used (scan_method = 'pallas')"
+    assert pallas_scan_status("auto") == (
+        "not used by 'auto': the Pallas kernel needs a GPU; the default backend is cpu"
+    )
+    monkeypatch.setattr(core, "pallas_unavailable_reason", lambda: "")
+    monkeypatch.setattr(jax, "device_count", lambda *args: 2)
+    assert pallas_scan_status("auto") == "not used by 'auto': 2 devices"
+    monkeypatch.setattr(jax, "device_count", lambda *args: 1)
+    assert pallas_scan_status("auto") == (
+        f"used by 'auto' above {_ssm.AUTO_GPU_PALLAS_ABOVE} stored states per sequence"
+    )
 
 
 def test_best_ties_choose_the_earliest_or_the_lower_loss_epoch(tmp_path):

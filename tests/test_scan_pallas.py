@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from s5jax import core
-from s5jax.core import _pallas
+from s5jax.config import load_experiment
+from s5jax.core import _pallas, _scan, _ssm
 
 from .test_scan import _loop, _random
 
@@ -217,7 +218,7 @@ def test_s5ssm_accepts_the_pallas_method(getkey):
     np.testing.assert_allclose(np.asarray(ys[0]), np.asarray(ys[1]), rtol=1e-5, atol=1e-5)
 
 
-def test_registered_opt_in_only():
+def test_registered_and_never_picked_by_the_scan_level_auto():
     assert "pallas" in core.SCAN_METHODS
     assert core.resolve_scan_method("pallas") == "pallas"
     assert core.resolve_scan_method("auto") != "pallas"
@@ -246,3 +247,89 @@ def test_kernel_lowers_for_triton():
         except ImportError as e:  # a jaxlib without the Triton dialect bindings
             pytest.skip(f"no Triton lowering available: {e}")
         assert text.count("triton") >= 2  # the forward and the adjoint kernel
+
+
+class _FakeDevice:
+    def __init__(self, kind, capability=None):
+        self.device_kind = kind
+        if capability is not None:
+            self.compute_capability = capability
+
+
+def test_unavailable_reason_names_what_is_missing(monkeypatch):
+    monkeypatch.delenv("S5JAX_PALLAS", raising=False)
+    assert not _pallas.pallas_available()  # this suite runs on CPU
+    assert "needs a GPU; the default backend is cpu" in _pallas.pallas_unavailable_reason()
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    for device, want in (
+        (_FakeDevice("AMD Instinct MI300X"), "needs a CUDA GPU; found AMD Instinct MI300X"),
+        (_FakeDevice("Tesla T4", "7.5"), "compute capability 8.0 or more; this GPU has 7.5"),
+        (_FakeDevice("NVIDIA H200", "9.0"), ""),
+        (_FakeDevice("NVIDIA A100-SXM4-40GB", "8.0"), ""),
+    ):
+        monkeypatch.setattr(jax, "devices", lambda *args, d=device: [d])
+        reason = _pallas.pallas_unavailable_reason()
+        assert (want in reason) if want else (reason == ""), (device.device_kind, reason)
+        assert _pallas.pallas_available() == (not want)
+    monkeypatch.setenv("S5JAX_PALLAS", "0")
+    assert _pallas.pallas_unavailable_reason() == "S5JAX_PALLAS=0 is set"
+
+
+def _on_one_gpu(monkeypatch, available=True, devices=1):
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "device_count", lambda *args: devices)
+    monkeypatch.setattr(_ssm, "pallas_available", lambda: available)
+
+
+def test_auto_on_one_gpu_runs_the_kernel_above_the_threshold(monkeypatch):
+    limit = _ssm.AUTO_GPU_PALLAS_ABOVE
+    _on_one_gpu(monkeypatch)
+    assert core.resolve_ssm_method("auto", states=limit + 1) == "pallas"
+    assert core.resolve_ssm_method("auto", states=limit) == "parallel"
+    assert core.resolve_ssm_method("auto") == "parallel"  # length unknown
+    assert core.resolve_ssm_method("parallel", states=limit + 1) == "parallel"  # named
+    # The paper's configs, counted as `_apply` counts (L × stored P × directions): the two
+    # measured faster with the kernel on an H200 get it, ListOps (measured slower) does not.
+    for task, want in (("listops", "parallel"), ("text", "pallas"), ("pathx", "pallas")):
+        cfg = load_experiment(task)
+        states = cfg.data.seq_len * cfg.model.state_size * (2 if cfg.model.bidirectional else 1)
+        assert core.resolve_ssm_method("auto", states=states) == want, (task, states)
+    monkeypatch.setattr(_ssm, "AUTO_GPU_PALLAS_ABOVE", None)
+    assert core.resolve_ssm_method("auto", states=limit + 1) == "parallel"
+
+
+@pytest.mark.parametrize("available, devices", [(False, 1), (True, 2)])
+def test_auto_keeps_the_parallel_scan_without_the_kernel_or_on_several_devices(
+    monkeypatch, available, devices
+):
+    _on_one_gpu(monkeypatch, available=available, devices=devices)
+    assert core.resolve_ssm_method("auto", states=2**30) == "parallel"
+
+
+def test_a_layer_under_auto_calls_the_kernel_on_one_gpu(monkeypatch, getkey):
+    # The backend is faked, so the kernel itself is replaced by a spy that runs the parallel
+    # scan; what is checked is the routing: a bidirectional layer's sequences (12 × 4 × 2 =
+    # 96 stored states) go to "pallas" above a threshold of 40, a unidirectional one's (48)
+    # too, and neither below a threshold of 100; the output equals the sequential scan's.
+    from s5jax.nn import S5SSM
+
+    calls = []
+
+    def spy(a, b, reverse):
+        calls.append(b.shape)
+        return _scan.SCAN_METHODS["parallel"](a, b, reverse)
+
+    monkeypatch.setitem(_scan.SCAN_METHODS, "pallas", spy)
+    u = jax.random.normal(getkey(), (12, 3))
+    key = getkey()
+    for bidirectional in (True, False):
+        want = S5SSM(3, 8, J=2, bidirectional=bidirectional, scan_method="sequential", key=key)(u)
+        _on_one_gpu(monkeypatch)
+        for limit, expect_calls in ((40, True), (100, False)):
+            calls.clear()
+            monkeypatch.setattr(_ssm, "AUTO_GPU_PALLAS_ABOVE", limit)
+            layer = S5SSM(3, 8, J=2, bidirectional=bidirectional, scan_method="auto", key=key)
+            got = layer(u)
+            assert bool(calls) == expect_calls, (bidirectional, limit, calls)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+        monkeypatch.setattr(jax, "default_backend", lambda: "cpu")

@@ -39,7 +39,7 @@ from ._init import (
     init_log_step,
 )
 from ._native import native_available, native_build_error, native_recurrence
-from ._pallas import pallas_recurrence
+from ._pallas import pallas_available, pallas_recurrence, pallas_unavailable_reason
 from ._scan import SCAN_METHODS, binary_operator, linear_recurrence, resolve_scan_method
 from ._ssm import (
     apply_ssm,
@@ -80,7 +80,9 @@ __all__ = [
     "native_available",
     "native_build_error",
     "native_recurrence",
+    "pallas_available",
     "pallas_recurrence",
+    "pallas_unavailable_reason",
     "resolve_scan_method",
     "resolve_ssm_method",
     "ssm_step",

@@ -2,7 +2,9 @@
 
 Written for the Pallas **Triton** (GPU) backend; on any other backend it runs in Pallas
 interpret mode (the same kernel evaluated as XLA loops: correct, not fast). Registered as
-scan method `"pallas"` in `_scan.SCAN_METHODS`; `"auto"` never picks it.
+scan method `"pallas"` in `_scan.SCAN_METHODS`. `"auto"` (`s5jax.core.apply_ssm`, the
+layers) picks it on one NVIDIA GPU for long sequences where `pallas_available()` says it
+can run (`s5jax.core._ssm.AUTO_GPU_PALLAS_ABOVE`); `S5JAX_PALLAS=0` turns that off.
 
 Kernel (`_recurrence_kernel`):
 - Triton has no complex dtype, so a complex array travels as two real planes (Re, Im) of
@@ -40,6 +42,7 @@ result per program) or writes it per step. Stored, not recomputed: the forward s
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +50,14 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jaxtyping import Array, Inexact
 
-__all__ = ["PALLAS_BLOCK", "PALLAS_CHUNK", "PALLAS_NUM_WARPS", "pallas_recurrence"]
+__all__ = [
+    "PALLAS_BLOCK",
+    "PALLAS_CHUNK",
+    "PALLAS_NUM_WARPS",
+    "pallas_available",
+    "pallas_recurrence",
+    "pallas_unavailable_reason",
+]
 
 PALLAS_BLOCK = 32
 """Lanes per program (rounded down to a power of two ≤ the padded lane count). Not tuned."""
@@ -57,6 +67,42 @@ PALLAS_CHUNK = 32
 
 PALLAS_NUM_WARPS = 1
 """Triton warps per program (32 threads each: one lane per thread at `PALLAS_BLOCK` = 32)."""
+
+
+def pallas_unavailable_reason() -> str:
+    """Why `"auto"` does not run the kernel here ("" when it may): `pallas_available()`.
+
+    It needs a CUDA GPU of compute capability 8.0 (Ampere) or more as JAX's default backend
+    (our own floor, not Triton's: the kernel has run on 9.0 only, an NVIDIA H200), JAX's Pallas
+    Triton backend (deprecated in jax 0.11 in favour of Mosaic GPU: when a jax without it is
+    installed this says so and `"auto"` keeps `"parallel"`), and `S5JAX_PALLAS` not `0`.
+    Builds nothing.
+    """
+    if os.environ.get("S5JAX_PALLAS", "1") == "0":
+        return "S5JAX_PALLAS=0 is set"
+    if jax.default_backend() != "gpu":
+        return f"the Pallas kernel needs a GPU; the default backend is {jax.default_backend()}"
+    capability = getattr(jax.devices()[0], "compute_capability", None)
+    if capability is None:
+        return f"the Pallas kernel needs a CUDA GPU; found {jax.devices()[0].device_kind}"
+    try:
+        major_minor = tuple(int(x) for x in str(capability).split(".")[:2])
+    except ValueError:
+        return f"unreadable CUDA compute capability {capability!r}"
+    if major_minor < (8, 0):
+        return f"the Pallas kernel needs compute capability 8.0 or more; this GPU has {capability}"
+    try:
+        from jax.experimental.pallas import triton  # noqa: F401
+    except ImportError as err:
+        return f"this jax has no Pallas Triton backend ({err})"
+    return ""
+
+
+def pallas_available() -> bool:
+    """Whether the kernel compiles for this machine's GPU and `"auto"` may use it
+    (`pallas_unavailable_reason()` says why not). `method="pallas"` by name runs anyway: on a
+    GPU as a Triton kernel, elsewhere in interpret mode."""
+    return not pallas_unavailable_reason()
 
 
 def pallas_recurrence(

@@ -11,7 +11,8 @@ Three ways to compute the same states:
   copy of b or x (the sequential scan under `jax.vmap` makes two) and no L×P copy of a.
   Gradient by a custom VJP (the adjoint recurrence, same kernel); no forward-mode `jax.jvp`.
   Work O(LP).
-- `"pallas"` (opt-in, never chosen by `"auto"`): a fused Pallas kernel written for the
+- `"pallas"` (never chosen by this module's `"auto"`; `apply_ssm`'s `"auto"` picks it for long
+  sequences on one NVIDIA GPU, `_ssm.AUTO_GPU_PALLAS_ABOVE`): a fused Pallas kernel written for the
   Triton (GPU) backend, in `_pallas.py`: one program per block of lanes walks time in
   unrolled chunks with the state in registers; gradient by a custom VJP running the same
   kernel backwards. Off GPU it runs in Pallas interpret mode automatically (correct, slow).

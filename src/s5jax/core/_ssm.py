@@ -17,8 +17,9 @@ Two ways to compute y (the `method` argument): a scan method of `linear_recurren
 (`"sequential"`, `"parallel"`, `"chunked"`, `"native"`, …) on complex (L, P) arrays, or
 `"fused"`: B̃u, the recurrences and C̃x blockwise in real (re, im) planes with its own VJP
 (below). `"auto"` is `"native"` on CPU where the C++ kernel builds (`AUTO_CPU_NATIVE`; else
-`"chunked"`), `"fused"` there for long sequences (`AUTO_CPU_FUSED_ABOVE`), and the backend's
-scan elsewhere (see `resolve_ssm_method`).
+`"chunked"`), `"fused"` there for long sequences (`AUTO_CPU_FUSED_ABOVE`); on one NVIDIA GPU
+the Pallas kernel for long sequences (`AUTO_GPU_PALLAS_ABOVE`) and `"parallel"` otherwise
+(see `resolve_ssm_method`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from jaxtyping import Array, Bool, Complex, Float
 from . import _mixed
 from ._discretize import discretize, get_coefficients
 from ._native import native_available, native_planar_states, planar_lanes
+from ._pallas import pallas_available
 from ._products import matmul, scale_columns
 from ._scan import SCAN_METHODS, linear_recurrence, resolve_scan_method
 
@@ -109,6 +111,21 @@ sequences still go to `"fused"` by `AUTO_CPU_FUSED_ABOVE`, for its memory. On CP
 bfloat16 arithmetic, bf16 is slower than fp32 either way (`docs/performance.md`)."""
 
 
+AUTO_GPU_PALLAS_ABOVE = 2**18
+"""Above this many stored states per sequence (L × P, × 2 when bidirectional), `"auto"` on a
+GPU runs the Pallas kernel (`"pallas"`, `_pallas.py`) instead of `"parallel"`
+(`jax.lax.associative_scan`), where `_pallas.pallas_available()` (a CUDA GPU, JAX's Pallas
+Triton backend, `S5JAX_PALLAS` not `0`) and there is one device (a custom call, like the native
+scan's: XLA cannot split it over devices). Set to None to keep `"parallel"` everywhere.
+Measured on one NVIDIA H200, jax 0.11.2, whole training steps at the paper's batches, one
+interleaved run per config (2026-12-04, `benchmarks/train_step.py --paper --methods
+parallel,pallas`; `docs/results.md`), parallel / pallas ms: Text (4,096 × 96 × 2 = 786 k
+states) 36.0 / 31.8, Path-X (16,384 × 128 × 2 = 4.2 M) 75.1 / 68.6, but ListOps (2,048 × 8 × 2
+= 33 k) 14.1 / 14.5; the threshold lies between ListOps and Text, where nothing was measured.
+The kernel also compiles faster: first calls (compile + one step) 56.7 / 28.0 s (Text), 66.2 /
+29.5 (Path-X), 58.6 / 33.0 (ListOps)."""
+
+
 NATIVE_PLANAR = True
 """Whether `"native"` (time-invariant Λ̄, zero initial state, no resets, P ≥
 `NATIVE_PLANAR_MIN_P`) runs the kernel on the products' [Re | Im] rows (`_apply_planar`)
@@ -130,8 +147,9 @@ def resolve_ssm_method(method: str, *, states: int | None = None, matmul_dtype=N
     the C++ kernel is available and there is one device; this may compile it, once) else
     `AUTO_CPU` (`"chunked"`), or `"fused"` when `states` (L × P × directions of one
     sequence) exceeds `AUTO_CPU_FUSED_ABOVE` (or, with `AUTO_CPU_FUSED_FOR_BF16` set, when
-    the products run in a reduced `matmul_dtype`); the backend's scan (`"parallel"`)
-    elsewhere. Other names pass through (`"fused"` or a scan method).
+    the products run in a reduced `matmul_dtype`); on a GPU `"pallas"` when `states` exceeds
+    `AUTO_GPU_PALLAS_ABOVE` (where the kernel is available and there is one device), else the
+    backend's scan (`"parallel"`). Other names pass through (`"fused"` or a scan method).
 
     `"fused"` falls back to what `"auto"` picks otherwise (`"native"` or `"chunked"` on CPU)
     where it does not apply: `resets` or an L without a block size. With per-step `dt` (a
@@ -149,7 +167,20 @@ def resolve_ssm_method(method: str, *, states: int | None = None, matmul_dtype=N
         if AUTO_CPU_NATIVE and jax.device_count() == 1 and native_available():
             return "native"
         return AUTO_CPU
+    if method == "auto" and _auto_gpu_pallas(states):
+        return "pallas"
     return resolve_scan_method(method)
+
+
+def _auto_gpu_pallas(states: int | None) -> bool:
+    return (
+        AUTO_GPU_PALLAS_ABOVE is not None
+        and states is not None
+        and states > AUTO_GPU_PALLAS_ABOVE
+        and jax.default_backend() == "gpu"
+        and jax.device_count() == 1
+        and pallas_available()
+    )
 
 
 def check_ssm_method(method: str) -> None:

@@ -33,7 +33,7 @@ from ._logging import MetricsLogger
 from ._optim import build_optimizer, describe_groups, format_groups, set_lr_scale
 from ._plots import paper_reference, plot_curves
 from ._progress import Progress
-from ._run_info import native_scan_status, run_info, write_json
+from ._run_info import native_scan_status, pallas_scan_status, run_info, write_json
 from ._rundir import RunDirLock, check_workdir, has_checkpoint, replace_run_dir
 from ._schedule import EarlyStopState, PlateauState, early_stop_update, plateau_update
 from ._sharding import (
@@ -410,6 +410,7 @@ def _own_run(run: _Run, lock, mode: str, progress: bool, out, defaults=None) -> 
             devices=run.parallel,
             scan_method=config.model.scan_method,
             native_scan=native_scan_status(config.model.scan_method),
+            pallas_scan=pallas_scan_status(config.model.scan_method),
         )
         write_json(folder / "run_info.json", info | ({"defaults": defaults} if defaults else {}))
 

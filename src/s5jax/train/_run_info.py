@@ -15,7 +15,7 @@ import jax
 
 from .._atomic import atomic_write_json
 
-__all__ = ["git_commit", "native_scan_status", "run_info", "write_json"]
+__all__ = ["git_commit", "native_scan_status", "pallas_scan_status", "run_info", "write_json"]
 
 _PACKAGES = ("s5jax", "jax", "jaxlib", "equinox", "optax", "orbax-checkpoint", "numpy", "pillow")
 
@@ -51,6 +51,24 @@ def native_scan_status(scan_method: str) -> str:
     if scan_method == "auto" and (n := jax.device_count()) > 1:
         return f"not used ({n} devices: 'auto' runs the chunked scan)"
     return "available" if native_available() else f"unavailable: {native_build_error()}"
+
+
+def pallas_scan_status(scan_method: str) -> str:
+    """Whether `scan_method = "auto"` may run the Pallas kernel here (on one NVIDIA GPU, for
+    sequences above `s5jax.core._ssm.AUTO_GPU_PALLAS_ABOVE` stored states), or why not."""
+    from ..core import _ssm, pallas_unavailable_reason
+
+    if scan_method == "pallas":
+        return "used (scan_method = 'pallas')"
+    if scan_method != "auto":
+        return f"not used (scan_method = {scan_method!r})"
+    if reason := pallas_unavailable_reason():
+        return f"not used by 'auto': {reason}"
+    if (n := jax.device_count()) > 1:
+        return f"not used by 'auto': {n} devices"
+    if _ssm.AUTO_GPU_PALLAS_ABOVE is None:
+        return "not used by 'auto' (AUTO_GPU_PALLAS_ABOVE is None)"
+    return f"used by 'auto' above {_ssm.AUTO_GPU_PALLAS_ABOVE} stored states per sequence"
 
 
 def run_info(**extra: Any) -> dict[str, Any]:
