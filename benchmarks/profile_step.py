@@ -27,7 +27,7 @@ the summed time whose operation has a source line; the rest is listed as `<no so
 
     .venv/bin/python benchmarks/profile_step.py --config text [--paper] [--batch N]
         [--length N] [--method auto] [--precision fp32|bf16] [--steps 5] [--top 25]
-        [--trace-dir DIR] [--out NAME]
+        [--trace-dir DIR] [--command-buffers] [--out NAME]
 
 Writes `results/<OUT>-<cpu|gpu>.json` (default `profile-<config>`). `--trace-dir` keeps the
 raw trace there (a `perfetto_trace.json.gz` under `plugins/profile/<time>/`; open it in
@@ -56,6 +56,12 @@ from train_step import TASKS, auto_method, build_ours, random_batch, shapes
 from s5jax.config import load_experiment
 
 NO_SOURCE = "<no source>"
+NO_COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer="
+"""Added to XLA_FLAGS unless `--command-buffers`: kernels that XLA's GPU backend runs inside a
+command buffer (a CUDA graph, on by default) come out of the profiler without their HLO op
+(openxla/xprof issue 3070, JAX 0.11 on an NVIDIA GPU; jax-ml/jax issue 31995 shows the
+`command_buffer` computation). Without them the step may launch more slowly: the wall time
+reported is the profiled program's. A flag for every backend; the CPU ignores it."""
 OPS_KEPT = 100
 """The most expensive operations kept in the JSON (a step executes about a thousand)."""
 
@@ -309,9 +315,16 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25, help="source lines and ops printed")
     parser.add_argument("--trace-dir", default=None, help="keep the raw trace in this folder")
     parser.add_argument("--out", default=None, type=out_name, help="results/<OUT>-<cpu|gpu>.json")
+    parser.add_argument(
+        "--command-buffers", action="store_true",
+        help="keep XLA's GPU command buffers (CUDA graphs): faster, but their kernels lose the "
+        "HLO op names this script attributes by",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    if not args.command_buffers:  # read when the backend starts, which has not happened yet
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {NO_COMMAND_BUFFERS}".strip()
     info = device_info()
     print(f"{info['cpu_model']} | {info['backend']} x{info['num_devices']} | jax {info['jax']}")
     s = shapes(args.config, args.batch, args.length, args.paper)
@@ -321,6 +334,7 @@ def main() -> None:
     r = profile_step(args.config, s, args.method, args.precision, args.steps, args.trace_dir)
     path = write_json(args.out or f"profile-{args.config}", {
         "benchmark": "profile_step", "device": info, "load_average_1_5_15": os.getloadavg(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         **r,
     })  # fmt: skip
     print(f"\nwall {r['wall_ms_median']:.2f} ms per step (median of {args.steps}); operations "
