@@ -42,6 +42,7 @@ import dataclasses
 import glob
 import gzip
 import json
+import linecache
 import os
 import re
 import statistics
@@ -238,13 +239,7 @@ def attribute(events: list[dict], selfs: list[float], table: dict[str, dict], st
 
 
 def _source_text(file: str, line: int | None) -> str:
-    if line is None or not os.path.isfile(file):
-        return ""
-    with open(file, encoding="utf-8", errors="replace") as f:
-        for n, text in enumerate(f, 1):
-            if n == line:
-                return text.strip()[:120]
-    return ""
+    return linecache.getline(file, line).strip()[:120] if line is not None else ""
 
 
 def _short(path: str) -> str:
