@@ -14,10 +14,18 @@ second of fwd+bwd time".
     .venv/bin/python benchmarks/scan.py            # full grid
     .venv/bin/python benchmarks/scan.py --quick    # small grid
 
-On a GPU backend the fused Pallas (Triton) kernel, method `"pallas"`, is timed too, and the
-summary gives its fwd+bwd speed-up over `parallel` (associative_scan) at L = 16384 and its
-bandwidth against the elementwise pass (targets in benchmarks/README.md). Elsewhere it
-would run in interpret mode, so it is left out.
+On a GPU backend the fused Pallas (Triton) kernel, method `"pallas"`, and the scan as matrix
+products, `"matmul"`, are timed too, and the summary gives Pallas's fwd+bwd speed-up over
+`parallel` (associative_scan) at L = 16384 and its bandwidth against the elementwise pass
+(targets in benchmarks/README.md). Elsewhere Pallas would run in interpret mode, so it is left
+out, and `"matmul"` (made for accelerators) is timed only when named.
+
+`--shape B,L,P` times one case instead of the grid (ListOps' scans at the paper's batch:
+`--shape 50,2048,8`, one direction); `--methods` names the methods; `--matmul-chunks 16,32,64`
+adds `"matmul"` at each chunk size T (`matmul@T`; the default is `_scan.MATMUL_CHUNK`).
+
+    .venv/bin/python benchmarks/scan.py --shape 50,2048,8 --methods parallel,pallas,matmul \
+        --matmul-chunks 16,32,64,128 --out scan-listops
 """
 
 from __future__ import annotations
@@ -31,14 +39,48 @@ import numpy as np
 from _common import device_info, print_table, time_interleaved, write_json
 
 from s5jax import core
+from s5jax.core import _scan
 
 METHODS = ("sequential", "parallel", "chunked")
 if jax.default_backend() == "gpu":  # the Pallas kernel; off GPU it would only be interpreted
-    METHODS += ("pallas",)
+    METHODS += ("pallas", "matmul")
 if core.native_available():  # the C++ kernel (CPU; compiled on first use)
     METHODS += ("native",)
 else:
     print(f"native scan not measured: {core.native_build_error()}")
+
+
+def parse_methods(parser, methods: str | None, chunks: str | None) -> tuple[str, ...]:
+    """`--methods` (default `METHODS`) and `--matmul-chunks` as method names, each checked
+    (`parser.error` otherwise); a chunk size T adds `matmul@T`."""
+    names = METHODS
+    if methods:
+        names = tuple(dict.fromkeys(m.strip() for m in methods.split(",") if m.strip()))
+        bad = [m for m in names if m not in core.SCAN_METHODS]
+        if not names or bad:
+            parser.error(
+                f"--methods: each must be one of {', '.join(core.SCAN_METHODS)}, got {methods!r}"
+            )
+    if chunks:
+        try:
+            sizes = [int(c) for c in chunks.split(",") if c.strip()]
+        except ValueError:
+            sizes = []
+        if not sizes or min(sizes) < 1:
+            parser.error(f"--matmul-chunks: positive integers, comma-separated; got {chunks!r}")
+        names += tuple(f"matmul@{T}" for T in sizes)
+    return names
+
+
+def parse_shape(parser, shape: str) -> tuple[int, int, int]:
+    """`--shape B,L,P` as three positive integers (`parser.error` otherwise)."""
+    try:
+        B, L, P = (int(x) for x in shape.split(","))
+    except ValueError:
+        parser.error(f"--shape: three integers B,L,P (e.g. 50,2048,8), got {shape!r}")
+    if min(B, L, P) < 1:
+        parser.error(f"--shape: B, L and P must be positive, got {shape!r}")
+    return B, L, P
 
 
 def make_inputs(B, L, P, seed=0):
@@ -51,8 +93,20 @@ def make_inputs(B, L, P, seed=0):
 
 
 def build(method):
+    """Jitted forward and gradient of `method` over a batch; `matmul@T` is `"matmul"` with
+    chunks of T steps."""
+    if method.startswith("matmul@"):
+        T = int(method.split("@")[1])
+
+        def one(a, bb):
+            return _scan._matmul(a, bb, False, chunk_size=T)
+    else:
+
+        def one(a, bb):
+            return core.linear_recurrence(a, bb, method=method)[0]
+
     def forward(a, b):
-        return jax.vmap(lambda bb: core.linear_recurrence(a, bb, method=method)[0])(b)
+        return jax.vmap(lambda bb: one(a, bb))(b)
 
     def loss(a, b, w):
         return jnp.sum(jnp.real(w * forward(a, b)))
@@ -60,15 +114,15 @@ def build(method):
     return jax.jit(forward), jax.jit(jax.grad(loss, argnums=(0, 1)))
 
 
-def run_case(L, P, lanes, max_array_mb, repeats):
+def run_case(L, P, lanes, max_array_mb, repeats, methods=METHODS, batch=None):
     B = max(1, -(-lanes // P))
     B_mem = max(1, int(max_array_mb * 2**20 // (L * P * 8)))
-    B = min(B, B_mem)
+    B = min(B, B_mem) if batch is None else batch
     a, b, w = make_inputs(B, L, P)
     c, d = jnp.complex64(0.5 + 0.5j), jnp.complex64(0.25)
     elementwise = jax.jit(lambda x: x * c + d)
     fns = {"elementwise": functools.partial(elementwise, b)}
-    for m in METHODS:
+    for m in methods:
         fwd, grad = build(m)
         fns[f"{m}/fwd"] = functools.partial(fwd, a, b)
         fns[f"{m}/fwd+bwd"] = functools.partial(grad, a, b, w)
@@ -79,13 +133,13 @@ def run_case(L, P, lanes, max_array_mb, repeats):
         "L": L, "P": P, "batch": B, "lanes": B * P, "lanes_ge_4096": B * P >= 4096,
         "bytes": nbytes, "elementwise_s": ew, "elementwise_GBps": nbytes / ew / 1e9,
     }  # fmt: skip
-    for m in METHODS:
+    for m in methods:
         for kind in ("fwd", "fwd+bwd"):
             t = times[f"{m}/{kind}"]["median_s"]
             row[f"{m}/{kind}_s"] = t
             row[f"{m}/{kind}_GBps"] = nbytes / t / 1e9
             row[f"{m}/{kind}_vs_elementwise"] = ew / t
-    best = max(METHODS, key=lambda m: row[f"{m}/fwd_vs_elementwise"])
+    best = max(methods, key=lambda m: row[f"{m}/fwd_vs_elementwise"])
     row["best_fwd"] = best
     row["best_fwd_vs_elementwise"] = row[f"{best}/fwd_vs_elementwise"]
     row["timings"] = times
@@ -131,8 +185,17 @@ def main():
     parser.add_argument("--lanes", type=int, default=4096, help="target batch × P")
     parser.add_argument("--max-array-mb", type=float, default=256.0)
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--shape", help="one case B,L,P instead of the grid (e.g. 50,2048,8)")
+    parser.add_argument("--methods", help=f"comma-separated (default {','.join(METHODS)})")
+    parser.add_argument("--matmul-chunks", help="add matmul@T for each T, e.g. 16,32,64")
+    parser.add_argument("--out", default="scan", help="results/<out>-<backend>.json")
     args = parser.parse_args()
-    if args.quick:
+    methods = parse_methods(parser, args.methods, args.matmul_chunks)
+    batch = None
+    if args.shape:
+        batch, L, P = parse_shape(parser, args.shape)
+        Ls, Ps, repeats = (L,), (P,), args.repeats or 5
+    elif args.quick:
         Ls, Ps, repeats = (1024, 4096), (64, 128), args.repeats or 5
     else:
         Ls, Ps, repeats = (1024, 4096, 16384, 65536), (64, 128, 256), args.repeats or 5
@@ -141,7 +204,7 @@ def main():
     rows = []
     for L in Ls:
         for P in Ps:
-            rows.append(run_case(L, P, args.lanes, args.max_array_mb, repeats))
+            rows.append(run_case(L, P, args.lanes, args.max_array_mb, repeats, methods, batch))
             r = rows[-1]
             print(
                 f"  L={L} P={P} B={r['batch']}: best {r['best_fwd']} "
@@ -154,14 +217,14 @@ def main():
         ("batch", "B", "d"),
         ("elementwise_GBps", "elem GB/s", ".2f"),
     ]
-    for m in METHODS:
-        short = m[:3]
+    for m in methods:
+        short = m if m.startswith("matmul@") else m[:3]
         columns += [
             (f"{m}/fwd_GBps", f"{short} GB/s", ".2f"),
             (f"{m}/fwd_vs_elementwise", f"{short}/elem", ".2f"),
             (f"{m}/fwd+bwd_s", f"{short} f+b ms", ".1f"),
         ]
-    table = [{**r, **{f"{m}/fwd+bwd_s": r[f"{m}/fwd+bwd_s"] * 1e3 for m in METHODS}} for r in rows]
+    table = [{**r, **{f"{m}/fwd+bwd_s": r[f"{m}/fwd+bwd_s"] * 1e3 for m in methods}} for r in rows]
     print_table(table, columns)
     eligible = [r for r in rows if r["lanes_ge_4096"]]
     summary = {
@@ -172,16 +235,18 @@ def main():
             np.median([r["best_fwd_vs_elementwise"] for r in eligible])
         ) if eligible else None,
     }  # fmt: skip
-    print(
-        f"best-scan / elementwise at batch*P >= 4096: min "
-        f"{summary['min_best_fwd_vs_elementwise']:.2f}, median "
-        f"{summary['median_best_fwd_vs_elementwise']:.2f} (target 0.70)"
-    )
-    if "pallas" in METHODS:
+    if eligible:
+        print(
+            f"best-scan / elementwise at batch*P >= 4096: min "
+            f"{summary['min_best_fwd_vs_elementwise']:.2f}, median "
+            f"{summary['median_best_fwd_vs_elementwise']:.2f} (target 0.70)"
+        )
+    if "pallas" in methods and "parallel" in methods:
         summary["pallas"] = pallas_summary(rows)
-    path = write_json("scan", {
+    path = write_json(args.out, {
         "benchmark": "scan", "quick": args.quick, "device": info, "repeats": repeats,
-        "dtype": "complex64", "chunk_size": core._scan.CHUNK_SIZE,
+        "methods": list(methods), "shape": args.shape,
+        "dtype": "complex64", "chunk_size": _scan.CHUNK_SIZE, "matmul_chunk": _scan.MATMUL_CHUNK,
         "bytes_counted": "read b + write x, 16 * B * L * P bytes (complex64)",
         "summary": summary, "rows": rows,
     })  # fmt: skip

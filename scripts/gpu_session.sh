@@ -5,9 +5,14 @@
 #
 #     bash scripts/gpu_session.sh [STEP ...]
 #
-# Steps (default: all four, in this order):
+# Steps (default: all six, in this order):
 #   auto     what `scan_method = "auto"` runs for ListOps, Text and Path-X at the paper's
 #            shapes on this machine, and why the Pallas kernel is or is not available
+#   scans    benchmarks/scan.py at ListOps' scan shape (batch 50, L 2,048, 8 complex states,
+#            one direction): parallel, Pallas and the scan as matrix products ("matmul") at
+#            chunk sizes 16, 32, 64 (the default) and 128, forward and forward+backward
+#   matmul   benchmarks/train_step.py on ListOps with parallel and "matmul" against the
+#            authors' model: does the matmul scan take ListOps' SSM under the 2x budget
 #   profile  benchmarks/profile_step.py on ListOps and Text at the paper's batch: where the
 #            step's time goes, per source line (the SSM was 36 % and 56 % of it on an H200)
 #   step     benchmarks/train_step.py --methods auto on ListOps and Text against the authors'
@@ -23,12 +28,12 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/src:$PWD/benchmarks"
 STEPS=("$@")
-[ ${#STEPS[@]} -eq 0 ] && STEPS=(auto profile step tests)
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(auto scans matmul profile step tests)
 for step in "${STEPS[@]}"; do  # check every name before anything runs
     case "$step" in
-    auto | profile | step | tests) ;;
+    auto | scans | matmul | profile | step | tests) ;;
     *)
-        echo "gpu_session.sh: error: unknown step '$step' (auto, profile, step, tests)" >&2
+        echo "gpu_session.sh: error: unknown step '$step' (auto, scans, matmul, profile, step, tests)" >&2
         exit 2 ;;
     esac
 done
@@ -62,6 +67,12 @@ for task in ("listops", "text", "pathx"):
     s = shapes(task, None, None, True)
     print(task, "auto ->", *auto_method(task, s))
 ' ;;
+    scans)
+        run "$PY" -W ignore::DeprecationWarning benchmarks/scan.py --shape 50,2048,8 \
+            --methods parallel,pallas,matmul --matmul-chunks 16,32,128 --out scan-listops-gpu-session ;;
+    matmul)
+        run "$PY" -W ignore::DeprecationWarning benchmarks/train_step.py --paper \
+            --configs listops --methods parallel,matmul --repeats 5 --out train-step-matmul-gpu-session ;;
     profile)
         for config in listops text; do
             run "$PY" -W ignore::DeprecationWarning benchmarks/profile_step.py --config "$config" \

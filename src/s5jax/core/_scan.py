@@ -1,6 +1,6 @@
 """Scans for the diagonal linear recurrence x_k = a_k ⊙ x_{k−1} + b_k (§2.2, App. H).
 
-Three ways to compute the same states:
+Several ways to compute the same states:
 - `"sequential"`: `jax.lax.scan`, one step at a time. Work O(LP), fastest on CPU.
 - `"parallel"`: `jax.lax.associative_scan` with the App. H operator
   (a_i, b_i) • (a_j, b_j) = (a_j a_i, a_j b_i + b_j): depth O(log L), for GPU/TPU.
@@ -17,6 +17,15 @@ Three ways to compute the same states:
   unrolled chunks with the state in registers; gradient by a custom VJP running the same
   kernel backwards. Off GPU it runs in Pallas interpret mode automatically (correct, slow).
   Work O(LP).
+- `"matmul"`: the chunked scan as matrix products, for accelerators whose step is a count of
+  small kernels rather than of bytes (the parallel scan's O(log L) levels, each a few kernels,
+  forward and backward). Time-invariant a: within each chunk of T = `MATMUL_CHUNK` steps the
+  states from zero are one batched product with the chunk's T × T lower-triangular matrix of
+  powers of a, per state (a^(t−s) for s ≤ t); the states entering the chunks come from an
+  associative scan over the L / T chunks; one elementwise pass adds them, decayed. Work
+  O(LPT) in products (8T real FLOPs per complex element) at full float32 precision
+  (`Precision.HIGHEST`: no TF32 rounding on GPUs); gradient by a custom VJP (the adjoint
+  recurrence, same kernel). Per-step a (irregular sampling, or `resets`) runs `"parallel"`.
 - `"native"` (CPU): a C++ kernel called through the XLA FFI, in `_native.py`/`_native.cc`,
   compiled on first use with the system C++ compiler and cached: each element of b read once
   and each state written once (streaming stores for large outputs, sequences split over the
@@ -43,7 +52,13 @@ from jaxtyping import Array, Bool, Inexact
 from ._native import native_recurrence
 from ._pallas import pallas_recurrence
 
-__all__ = ["CHUNK_SIZE", "SCAN_METHODS", "linear_recurrence", "resolve_scan_method"]
+__all__ = [
+    "CHUNK_SIZE",
+    "MATMUL_CHUNK",
+    "SCAN_METHODS",
+    "linear_recurrence",
+    "resolve_scan_method",
+]
 
 CHUNK_SIZE = 65536
 """Steps per chunk of the `"chunked"` scan (L is padded to a multiple of it internally).
@@ -110,16 +125,23 @@ def _chunked_vjp_fwd(a, b, reverse, T):
 
 
 def _chunked_vjp_bwd(reverse, T, residuals, g):
-    # Forward x_k = a_k x_{k−1} + b_k is linear in b: b̄ = λ with λ_k = g_k + a_{k+1} λ_{k+1}
-    # (the same recurrence run the other way; JAX's VJPs of complex products do not
-    # conjugate), and ā_k = λ_k x_{k−1}. With reverse, swap k+1 and k−1.
+    return _adjoint(_chunked_kernel, reverse, T, residuals, g)
+
+
+def _adjoint(kernel, reverse, T, residuals, g):
+    """The VJP of x_k = a_k x_{k−1} + b_k computed by `kernel(a, b, reverse, T)`.
+
+    Forward x_k = a_k x_{k−1} + b_k is linear in b: b̄ = λ with λ_k = g_k + a_{k+1} λ_{k+1}
+    (the same recurrence run the other way; JAX's VJPs of complex products do not
+    conjugate), and ā_k = λ_k x_{k−1}. With reverse, swap k+1 and k−1.
+    """
     a, xs = residuals
     zero = jnp.zeros_like(xs[:1])
     if a.ndim == 2:
         a_adj = jnp.concatenate([zero, a[:-1]]) if reverse else jnp.concatenate([a[1:], zero])
     else:
         a_adj = a
-    lam = _chunked_kernel(a_adj, g, not reverse, T)
+    lam = kernel(a_adj, g, not reverse, T)
     x_prev = jnp.concatenate([xs[1:], zero]) if reverse else jnp.concatenate([zero, xs[:-1]])
     a_bar = lam * x_prev
     if a.ndim == 1:
@@ -210,6 +232,83 @@ def _chunk_carries(a_chunk, h_end, reverse):
     return s_in
 
 
+MATMUL_CHUNK = 64
+"""Steps per chunk of the `"matmul"` scan: each complex state costs 8 × `MATMUL_CHUNK` real
+FLOPs in products, and the carries' associative scan has log2(L / `MATMUL_CHUNK`) levels.
+Not tuned on any GPU yet (`scripts/gpu_session.sh`'s `methods` step times 16 to 128)."""
+
+
+def _matmul(a, b, reverse, chunk_size=None):
+    """Chunked scan by matrix products (time-invariant a); per-step a runs `_parallel`.
+
+    `jax.grad`/`jax.vjp` work (custom VJP, the adjoint by the same products); forward-mode
+    `jax.jvp` does not (as for `"chunked"`).
+    """
+    if a.ndim == 2:
+        return _parallel(a, b, reverse)
+    L = b.shape[0]
+    T = max(1, min(MATMUL_CHUNK if chunk_size is None else int(chunk_size), L))
+    return _matmul_vjp(a, b, reverse, T)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _matmul_vjp(a, b, reverse, T):
+    return _matmul_kernel(a, b, reverse, T)
+
+
+def _matmul_vjp_fwd(a, b, reverse, T):
+    xs = _matmul_kernel(a, b, reverse, T)
+    return xs, (a, xs)
+
+
+def _matmul_vjp_bwd(reverse, T, residuals, g):
+    return _adjoint(_matmul_kernel, reverse, T, residuals, g)
+
+
+_matmul_vjp.defvjp(_matmul_vjp_fwd, _matmul_vjp_bwd)
+
+
+def _powers(a, n):
+    """a^0 … a^(n−1) as an (n, P) array, by doubling: log2(n) products, no power series."""
+    pw = jnp.ones((1, *a.shape), a.dtype)
+    while pw.shape[0] < n:
+        pw = jnp.concatenate([pw, pw * (pw[-1] * a)[None]])
+    return pw[:n]
+
+
+def _matmul_kernel(a, b, reverse, T):
+    """x for x_k = a ⊙ x_{k∓1} + b_k (a of shape (P,)), L split into N chunks of T steps.
+
+    1. h_{c,t} = Σ_s M[t, s] b_{c,s} with M[t, s] = a^(t−s) for s ≤ t (s ≥ t and a^(s−t) in
+       reverse), else 0: one product per state over all chunks (and, under `jax.vmap`, all
+       sequences) at once;
+    2. the state at the end of each chunk from the previous one, e_c = a^T e_{c−1} + h_{c,end}:
+       `lax.associative_scan` over the N chunks;
+    3. x_{c,t} = h_{c,t} + a^(t+1) e_{c−1} (a^(T−t) e_{c+1} in reverse).
+    Padding (b = 0 after the end) changes nothing, as in `_chunked_kernel`.
+    """
+    L, P = b.shape
+    N = -(-L // T)
+    pad = N * T - L
+    if pad:
+        b = jnp.concatenate([b, jnp.zeros((pad, P), b.dtype)])
+    b_c = b.reshape(N, T, P)
+    powers = _powers(a, T + 1)  # (T + 1, P)
+    k = jnp.arange(T)
+    lag = (k[None, :] - k[:, None]) if reverse else (k[:, None] - k[None, :])  # (t, s)
+    M = jnp.where((lag >= 0)[..., None], powers[jnp.clip(lag, 0, T)], 0)  # (T, T, P)
+    h = jnp.einsum("tsp,nsp->ntp", M, b_c, precision=jax.lax.Precision.HIGHEST)
+    if N > 1:
+        end = h[:, 0] if reverse else h[:, -1]  # each chunk's last processed state from zero
+        decay = jnp.broadcast_to(powers[T], end.shape)
+        _, e = jax.lax.associative_scan(binary_operator, (decay, end), reverse=reverse)
+        zero = jnp.zeros_like(e[:1])
+        s_in = jnp.concatenate([e[1:], zero]) if reverse else jnp.concatenate([zero, e[:-1]])
+        into = powers[1:][::-1] if reverse else powers[1:]  # a^(steps since the chunk's entry)
+        h = h + into[None] * s_in[:, None]
+    return h.reshape(N * T, P)[:L]
+
+
 def _pallas(a, b, reverse):
     """The fused kernel; interpret mode unless the default backend is a GPU (trace time)."""
     return pallas_recurrence(a, b, reverse=reverse, interpret=None)
@@ -224,6 +323,7 @@ SCAN_METHODS: dict[str, Callable] = {
     "sequential": _sequential,
     "parallel": _parallel,
     "chunked": _chunked,
+    "matmul": _matmul,
     "pallas": _pallas,
     "native": _native,
 }
@@ -257,7 +357,8 @@ def linear_recurrence(
     - `reverse`: run from the last step to the first: x_k = a_k ⊙ x_{k+1} + b_k.
     - `initial_state`: the state before the first processed step (zeros if `None`).
     - `resets`: (L,) booleans; where true the state restarts there: x_k = b_k.
-    - `method`: `"auto"`, `"sequential"`, `"parallel"`, `"chunked"`, `"pallas"` (opt-in
+    - `method`: `"auto"`, `"sequential"`, `"parallel"`, `"chunked"`, `"matmul"` (the chunked
+      scan as matrix products, for accelerators), `"pallas"` (opt-in
       fused kernel; interpret mode off GPU) or `"native"` (the C++ kernel, CPU only).
 
     **Returns:** `(xs, final_state)`: xs of shape (L, P); the final state is the last one
