@@ -90,3 +90,21 @@ def test_the_valid_files_load(tmp_path):
         path = tmp_path / f"ok{int(compressed)}.npz"
         path.write_bytes(data)
         assert load_user_npz(path).splits["train"].x.shape == (6, 5, 2)
+
+
+def test_a_member_flagged_encrypted_is_one_dataset_error(tmp_path):
+    # zipfile raises RuntimeError ("password required") for a member whose encryption bit is
+    # set: a one-bit corruption hypothesis found. Set bit 0 of every header's flags.
+    buf = io.BytesIO()
+    np.savez(buf, **_arrays())
+    data = bytearray(buf.getvalue())
+    for sig, flags_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        at = data.find(sig)
+        while at != -1:
+            data[at + flags_at] |= 1
+            at = data.find(sig, at + 4)
+    path = tmp_path / "mine.npz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match=r"mine\.npz") as err:
+        load_user_npz(path)
+    assert "\n" not in str(err.value)

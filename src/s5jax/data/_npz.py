@@ -69,6 +69,7 @@ _CORRUPT = (
     zipfile.BadZipFile,
     zlib.error,
     NotImplementedError,
+    RuntimeError,  # zipfile: a member flagged as encrypted ("password required")
     MemoryError,
     OverflowError,
 )
