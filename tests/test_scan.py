@@ -1,5 +1,7 @@
 """Linear-recurrence scans: parallel = sequential = a plain NumPy loop, in float64."""
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from s5jax import core
+from s5jax.core import _scan
 
 
 def _loop(a, b, reverse=False, x0=None, resets=None):
@@ -29,6 +32,86 @@ def _random(rng, L, P, varying):
     a = rng.uniform(0.5, 1.0, shape) * np.exp(1j * rng.uniform(-np.pi, np.pi, shape))
     b = rng.normal(size=(L, P)) + 1j * rng.normal(size=(L, P))
     return a, b
+
+
+@contextlib.contextmanager
+def scan_setting(name: str, value):
+    """`s5jax.core._scan.<name>` (a chunk size, read when tracing) set to `value` in the block."""
+    old = getattr(_scan, name)
+    setattr(_scan, name, value)
+    try:
+        yield
+    finally:
+        setattr(_scan, name, old)
+
+
+def run_recurrence(method, a, b, reverse, x0, resets):
+    """`core.linear_recurrence` compiled as one program, from a new function on each call: JAX
+    caches a trace by function, and the chunk sizes (`scan_setting`) are read when tracing."""
+
+    def run(a, b, x0, resets):
+        return core.linear_recurrence(
+            a, b, reverse=reverse, initial_state=x0, resets=resets, method=method
+        )
+
+    return jax.jit(run)(a, b, x0, resets)
+
+
+def check_equals_sequential_and_parallel(
+    method, seed, L, P, varying, reverse, with_x0, with_resets
+):
+    """`method`'s states and final state equal the sequential and parallel scans' (float64,
+    1e-10) on random a, b, initial state and resets (call under the chunk size to test)."""
+    rng = np.random.default_rng(seed)
+    a, b = _random(rng, L, P, varying)
+    x0 = rng.normal(size=P) + 1j * rng.normal(size=P) if with_x0 else None
+    resets = rng.random(L) < 0.2 if with_resets else None
+    with jax.enable_x64(True):
+        args = (
+            jnp.asarray(a),
+            jnp.asarray(b),
+            reverse,
+            None if x0 is None else jnp.asarray(x0),
+            None if resets is None else jnp.asarray(resets),
+        )
+        xs, final = run_recurrence(method, *args)
+        for reference in ("sequential", "parallel"):
+            xs_ref, final_ref = run_recurrence(reference, *args)
+            np.testing.assert_allclose(np.asarray(xs), np.asarray(xs_ref), rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(
+                np.asarray(final), np.asarray(final_ref), rtol=1e-10, atol=1e-10
+            )
+
+
+def check_gradients_equal_sequential(method, seed, L, varying, reverse, with_x0, with_resets):
+    """The gradients of a loss of `method`'s states and final state with respect to a, b and
+    the initial state equal the sequential scan's (float64, 1e-9; P = 3)."""
+    P = 3
+    rng = np.random.default_rng(seed)
+    a, b = _random(rng, L, P, varying)
+    w = rng.normal(size=(L, P)) + 1j * rng.normal(size=(L, P))
+    x0 = rng.normal(size=P) + 1j * rng.normal(size=P)
+    resets = rng.random(L) < 0.2 if with_resets else None
+    with jax.enable_x64(True):
+        w = jnp.asarray(w)
+
+        def loss(a, b, x0, method):
+            xs, final = core.linear_recurrence(
+                a,
+                b,
+                reverse=reverse,
+                initial_state=x0 if with_x0 else None,
+                resets=None if resets is None else jnp.asarray(resets),
+                method=method,
+            )
+            return jnp.sum(jnp.real(w * xs)) + jnp.sum(jnp.abs(final) ** 2)
+
+        args = (jnp.asarray(a), jnp.asarray(b), jnp.asarray(x0))
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)
+        grads = grad(*args, method)
+        expected = grad(*args, "sequential")
+        for g, e in zip(grads, expected):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-9, atol=1e-9)
 
 
 _jit_recurrence = jax.jit(core.linear_recurrence, static_argnames=("reverse", "method"))

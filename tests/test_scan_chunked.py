@@ -4,8 +4,6 @@ Small chunk sizes are forced (the default is large) so that L is rarely a multip
 chunk size and several chunks are carried across.
 """
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,29 +14,13 @@ from hypothesis import strategies as st
 from s5jax import core
 from s5jax.core import _scan
 
-from .test_scan import _random
-
-
-@contextlib.contextmanager
-def _chunk_size(T):
-    old = _scan.CHUNK_SIZE
-    _scan.CHUNK_SIZE = T
-    try:
-        yield
-    finally:
-        _scan.CHUNK_SIZE = old
-
-
-def _run(method, a, b, reverse, x0, resets):
-    # Compiled as one program (op by op, each new shape compiles the scans' many small
-    # operations anew), from a new function on each call: JAX caches a trace by function, and
-    # `_scan.CHUNK_SIZE` is read when tracing.
-    def run(a, b, x0, resets):
-        return core.linear_recurrence(
-            a, b, reverse=reverse, initial_state=x0, resets=resets, method=method
-        )
-
-    return jax.jit(run)(a, b, x0, resets)
+from .test_scan import (
+    _random,
+    check_equals_sequential_and_parallel,
+    check_gradients_equal_sequential,
+    run_recurrence,
+    scan_setting,
+)
 
 
 @settings(max_examples=30, deadline=None)
@@ -55,25 +37,10 @@ def _run(method, a, b, reverse, x0, resets):
 def test_chunked_equals_sequential_and_parallel(
     L, P, T, varying, reverse, with_x0, with_resets, seed
 ):
-    rng = np.random.default_rng(seed)
-    a, b = _random(rng, L, P, varying)
-    x0 = rng.normal(size=P) + 1j * rng.normal(size=P) if with_x0 else None
-    resets = rng.random(L) < 0.2 if with_resets else None
-    with jax.enable_x64(True), _chunk_size(T):
-        args = (
-            jnp.asarray(a),
-            jnp.asarray(b),
-            reverse,
-            None if x0 is None else jnp.asarray(x0),
-            None if resets is None else jnp.asarray(resets),
+    with scan_setting("CHUNK_SIZE", T):
+        check_equals_sequential_and_parallel(
+            "chunked", seed, L, P, varying, reverse, with_x0, with_resets
         )
-        xs, final = _run("chunked", *args)
-        for method in ("sequential", "parallel"):
-            xs_ref, final_ref = _run(method, *args)
-            np.testing.assert_allclose(np.asarray(xs), np.asarray(xs_ref), rtol=1e-10, atol=1e-10)
-            np.testing.assert_allclose(
-                np.asarray(final), np.asarray(final_ref), rtol=1e-10, atol=1e-10
-            )
 
 
 @settings(max_examples=12, deadline=None)
@@ -87,32 +54,8 @@ def test_chunked_equals_sequential_and_parallel(
     seed=st.integers(0, 2**16),
 )
 def test_chunked_gradients_equal_sequential(L, T, varying, reverse, with_x0, with_resets, seed):
-    P = 3
-    rng = np.random.default_rng(seed)
-    a, b = _random(rng, L, P, varying)
-    w = rng.normal(size=(L, P)) + 1j * rng.normal(size=(L, P))
-    x0 = rng.normal(size=P) + 1j * rng.normal(size=P)
-    resets = rng.random(L) < 0.2 if with_resets else None
-    with jax.enable_x64(True), _chunk_size(T):
-        w = jnp.asarray(w)
-
-        def loss(a, b, x0, method):
-            xs, final = core.linear_recurrence(
-                a,
-                b,
-                reverse=reverse,
-                initial_state=x0 if with_x0 else None,
-                resets=None if resets is None else jnp.asarray(resets),
-                method=method,
-            )
-            return jnp.sum(jnp.real(w * xs)) + jnp.sum(jnp.abs(final) ** 2)
-
-        args = (jnp.asarray(a), jnp.asarray(b), jnp.asarray(x0))
-        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)
-        grads = grad(*args, "chunked")
-        expected = grad(*args, "sequential")
-        for g, e in zip(grads, expected):
-            np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-9, atol=1e-9)
+    with scan_setting("CHUNK_SIZE", T):
+        check_gradients_equal_sequential("chunked", seed, L, varying, reverse, with_x0, with_resets)
 
 
 @pytest.mark.parametrize("varying", [False, True])
@@ -127,10 +70,10 @@ def test_chunked_equals_sequential_in_every_mode(varying, reverse, with_x0, with
     a, b = _random(rng, L, P, varying)
     x0 = jnp.asarray(rng.normal(size=P) + 1j * rng.normal(size=P)) if with_x0 else None
     resets = jnp.asarray(np.arange(L) % 7 == 3) if with_resets else None
-    with jax.enable_x64(True), _chunk_size(T):
+    with jax.enable_x64(True), scan_setting("CHUNK_SIZE", T):
         args = (jnp.asarray(a), jnp.asarray(b), reverse, x0, resets)
-        xs, final = _run("chunked", *args)
-        xs_ref, final_ref = _run("sequential", *args)
+        xs, final = run_recurrence("chunked", *args)
+        xs_ref, final_ref = run_recurrence("sequential", *args)
     np.testing.assert_allclose(np.asarray(xs), np.asarray(xs_ref), rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(np.asarray(final), np.asarray(final_ref), rtol=1e-10, atol=1e-10)
 
@@ -141,7 +84,7 @@ def test_chunked_under_jit_and_vmap_float32(getkey):
     k1, k2 = jax.random.split(getkey())
     a = jnp.exp(jax.lax.complex(-0.05 * jnp.ones((P,)), jax.random.normal(k1, (P,))))
     b = jax.random.normal(k2, (4, L, P), jnp.complex64)
-    with _chunk_size(16):
+    with scan_setting("CHUNK_SIZE", 16):
         chunked = jax.jit(jax.vmap(lambda bb: core.linear_recurrence(a, bb, method="chunked")[0]))
         got = chunked(b)
     want = jax.vmap(lambda bb: core.linear_recurrence(a, bb, method="sequential")[0])(b)

@@ -4,8 +4,6 @@ Small chunk sizes are forced so that L is rarely a multiple of the chunk size an
 chunks are carried across, forward and in reverse.
 """
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,27 +13,11 @@ from hypothesis import strategies as st
 from s5jax import core
 from s5jax.core import _scan
 
-from .test_scan import _random
-
-
-@contextlib.contextmanager
-def _chunk(T):
-    old = _scan.MATMUL_CHUNK
-    _scan.MATMUL_CHUNK = T
-    try:
-        yield
-    finally:
-        _scan.MATMUL_CHUNK = old
-
-
-def _run(method, a, b, reverse, x0, resets):
-    # A new function per call: `_scan.MATMUL_CHUNK` is read when tracing.
-    def run(a, b, x0, resets):
-        return core.linear_recurrence(
-            a, b, reverse=reverse, initial_state=x0, resets=resets, method=method
-        )
-
-    return jax.jit(run)(a, b, x0, resets)
+from .test_scan import (
+    check_equals_sequential_and_parallel,
+    check_gradients_equal_sequential,
+    scan_setting,
+)
 
 
 @settings(max_examples=30, deadline=None)
@@ -52,25 +34,10 @@ def _run(method, a, b, reverse, x0, resets):
 def test_matmul_equals_sequential_and_parallel(
     L, P, T, varying, reverse, with_x0, with_resets, seed
 ):
-    rng = np.random.default_rng(seed)
-    a, b = _random(rng, L, P, varying)
-    x0 = rng.normal(size=P) + 1j * rng.normal(size=P) if with_x0 else None
-    resets = rng.random(L) < 0.2 if with_resets else None
-    with jax.enable_x64(True), _chunk(T):
-        args = (
-            jnp.asarray(a),
-            jnp.asarray(b),
-            reverse,
-            None if x0 is None else jnp.asarray(x0),
-            None if resets is None else jnp.asarray(resets),
+    with scan_setting("MATMUL_CHUNK", T):
+        check_equals_sequential_and_parallel(
+            "matmul", seed, L, P, varying, reverse, with_x0, with_resets
         )
-        xs, final = _run("matmul", *args)
-        for method in ("sequential", "parallel"):
-            xs_ref, final_ref = _run(method, *args)
-            np.testing.assert_allclose(np.asarray(xs), np.asarray(xs_ref), rtol=1e-10, atol=1e-10)
-            np.testing.assert_allclose(
-                np.asarray(final), np.asarray(final_ref), rtol=1e-10, atol=1e-10
-            )
 
 
 @settings(max_examples=12, deadline=None)
@@ -83,26 +50,8 @@ def test_matmul_equals_sequential_and_parallel(
 )
 def test_matmul_gradients_equal_sequential(L, T, reverse, with_x0, seed):
     # Time-invariant a (the custom VJP's case; per-step a runs the parallel scan).
-    P = 3
-    rng = np.random.default_rng(seed)
-    a, b = _random(rng, L, P, False)
-    w = rng.normal(size=(L, P)) + 1j * rng.normal(size=(L, P))
-    x0 = rng.normal(size=P) + 1j * rng.normal(size=P)
-    with jax.enable_x64(True), _chunk(T):
-        w = jnp.asarray(w)
-
-        def loss(a, b, x0, method):
-            xs, final = core.linear_recurrence(
-                a, b, reverse=reverse, initial_state=x0 if with_x0 else None, method=method
-            )
-            return jnp.sum(jnp.real(w * xs)) + jnp.sum(jnp.abs(final) ** 2)
-
-        args = (jnp.asarray(a), jnp.asarray(b), jnp.asarray(x0))
-        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)
-        grads = grad(*args, "matmul")
-        expected = grad(*args, "sequential")
-        for g, e in zip(grads, expected):
-            np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-9, atol=1e-9)
+    with scan_setting("MATMUL_CHUNK", T):
+        check_gradients_equal_sequential("matmul", seed, L, False, reverse, with_x0, False)
 
 
 def test_matmul_in_apply_ssm_equals_sequential_with_gradients(getkey):
@@ -125,7 +74,7 @@ def test_matmul_in_apply_ssm_equals_sequential_with_gradients(getkey):
         return jnp.sum(jnp.sin(y))
 
     grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)), static_argnums=5)
-    with _chunk(16):
+    with scan_setting("MATMUL_CHUNK", 16):
         got = grad(lam_bar, B, C, D, u, "matmul")
     want = grad(lam_bar, B, C, D, u, "sequential")
     for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
