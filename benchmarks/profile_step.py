@@ -10,8 +10,9 @@ our source that produced it:
 1. The compiled program's HLO text (`compiled.as_text()`) gives, for every instruction, its
    `metadata`: the JAX op name and the source file and line that traced it (for a fusion:
    the fusion instruction's own metadata, which XLA takes from its root).
-2. The trace (`create_perfetto_trace=True`: Chrome trace JSON, read with `json` and `gzip`)
-   gives one event per executed operation with `args.hlo_op` and `args.hlo_module`: on a GPU
+2. The trace (`create_perfetto_trace=True`: Chrome trace JSON, read with `json` and `gzip`;
+   one trace session per profiled step, the Python tracer off) gives one event per executed
+   operation with `args.hlo_op` and `args.hlo_module`: on a GPU
    the kernels on the device's streams (processes named `/device:...`), on a CPU the thunks
    on XLA's threads. Only the step's module counts (its name from the HLO text).
 3. Self time: an event that encloses others on the same thread (a CPU `while` thunk around
@@ -24,14 +25,17 @@ profiled calls), the time per source file, per source line (with the line's text
 line and its caller in another file (printed: it tells apart the products one helper line makes
 for the GLU and for the SSM), and the most expensive operations. `coverage` is the fraction of
 the summed time whose operation has a source line; the rest is listed as `<no source>`.
+`op_ms_each_step` has each step's summed time and, on a CPU, `overlap` the largest of
+(summed time) / (wall time × cores) over the steps: above 1 the events also hold time their
+threads spent waiting for a core, and the script says so (`overlap`).
 
     .venv/bin/python benchmarks/profile_step.py --config text [--paper] [--batch N]
         [--length N] [--method auto] [--precision fp32|bf16] [--steps 5] [--top 25]
         [--trace-dir DIR] [--command-buffers] [--out NAME]
 
 Writes `results/<OUT>-<cpu|gpu>.json` (default `profile-<config>`). `--trace-dir` keeps the
-raw trace there (a `perfetto_trace.json.gz` under `plugins/profile/<time>/`; open it in
-ui.perfetto.dev); by default it goes to a temporary folder that is removed.
+raw traces there (one `perfetto_trace.json.gz` per step under `step-<i>/plugins/profile/<time>/`;
+open one in ui.perfetto.dev); by default they go to a temporary folder that is removed.
 """
 
 from __future__ import annotations
@@ -238,6 +242,28 @@ def attribute(events: list[dict], selfs: list[float], table: dict[str, dict], st
     return files, lines, sites, ops
 
 
+def _profiler_options():
+    """`jax.profiler.ProfileOptions` with the Python tracer off, or None where this JAX has
+    no such options (the profiler's defaults)."""
+    options_type = getattr(jax.profiler, "ProfileOptions", None)
+    if options_type is None:
+        return None
+    options = options_type()
+    options.python_tracer_level = 0
+    return options
+
+
+def overlap(op_ms: list[float], wall_ms: list[float], threads: int, backend: str) -> float | None:
+    """On a CPU: the largest over the profiled steps of (the operations' summed time) /
+    (wall time × threads). Above 1 the events cannot all be time a thread spent computing:
+    an operation's event also lasts while its thread waits for a core (more of XLA's threads
+    than cores) or for helper tasks, so the shares mix waiting with work. None on other
+    backends (a device's kernels run one stream at a time)."""
+    if backend != "cpu" or not op_ms:
+        return None
+    return max(o / (w * threads) for o, w in zip(op_ms, wall_ms, strict=True) if w > 0)
+
+
 def _source_text(file: str, line: int | None) -> str:
     return linecache.getline(file, line).strip()[:120] if line is not None else ""
 
@@ -269,29 +295,42 @@ def profile_step(task: str, s: dict, method: str = "auto", precision: str = "fp3
 
     for _ in range(2):  # warm-up: allocator, first-call work
         carry = call(carry)
-    walls = []
+    walls, ops, selfs, per_step, runs, rule = [], [], [], [], 0, ""
     with tempfile.TemporaryDirectory() as tmp:
-        folder = trace_dir or tmp
-        with jax.profiler.trace(folder, create_perfetto_trace=True):
-            for _ in range(steps):
+        # One trace session per step, its trace read before the next starts, with the Python
+        # tracer off (`_profiler_options`; the attribution reads XLA's operation events only).
+        # With one session around five calls of Image's float32 step (2-core Intel Xeon,
+        # 2026-12-05) the calls after the second or third took 2.1-4.6 s against 0.53-0.57 s,
+        # and the operations' summed time reached 2.2-3.1 s a step (a weight-sized 768 x 512
+        # fusion at 31 ms); session by session: 529-575 ms a call and 0.79-0.85 s summed, in
+        # three runs (`--config image --steps 5`).
+        for i in range(steps):
+            folder = Path(trace_dir or tmp) / f"step-{i}"
+            with jax.profiler.trace(folder, create_perfetto_trace=True,
+                                    profiler_options=_profiler_options()):  # fmt: skip
                 t0 = time.perf_counter()
                 carry = call(carry)
                 walls.append(time.perf_counter() - t0)
-        events = read_trace(folder)
-    ops, rule = op_events(events, module)
-    if not ops:
-        raise RuntimeError(f"the trace has no operation events of module {module!r}")
-    selfs = self_times(ops)
-    runs = {e["args"].get("run_id") for e in ops} - {None}
+            step_ops, rule = op_events(read_trace(folder), module)
+            if not step_ops:
+                raise RuntimeError(f"the trace has no operation events of module {module!r}")
+            step_selfs = self_times(step_ops)
+            ops += step_ops
+            selfs += step_selfs
+            per_step.append(sum(step_selfs) * 1e-3)
+            runs += len({e["args"].get("run_id") for e in step_ops} - {None})
     files, lines, sites, top = attribute(ops, selfs, table, steps)
     total = sum(selfs) * 1e-3 / steps
+    threads = os.cpu_count() or 1
     covered = sum(f["ms"] for f in files if f["file"] != NO_SOURCE)
     return {
         "task": task, "shapes": s, "method": method, "precision": precision,
         "auto_resolves_to": auto_method(task, s, precision)[0], "steps": steps,
-        "module": module, "events_from": rule, "executions_in_trace": len(runs) or None,
+        "module": module, "events_from": rule, "executions_in_trace": runs or None,
         "compile_s": compile_s, "wall_ms_median": statistics.median(walls) * 1e3,
         "wall_ms_all": [w * 1e3 for w in walls], "op_ms_per_step": total,
+        "op_ms_each_step": per_step,
+        "overlap": overlap(per_step, [w * 1e3 for w in walls], threads, jax.default_backend()),
         "coverage": covered / total if total else 0.0,
         "per_file": files, "per_line": lines, "per_site": sites,
         "per_op": top[:OPS_KEPT], "ops_executed": len(top),
@@ -335,6 +374,12 @@ def main() -> None:
     print(f"\nwall {r['wall_ms_median']:.2f} ms per step (median of {args.steps}); operations "
           f"{r['op_ms_per_step']:.2f} ms per step summed ({r['events_from']}); "
           f"{100 * r['coverage']:.1f} % with a source line\n")  # fmt: skip
+    if r["overlap"] is not None and r["overlap"] > 1.0:
+        print(
+            f"note: in one step the operations' summed time was {r['overlap']:.2f}x the wall "
+            f"time x {os.cpu_count()} threads: events include time waiting for a core, so "
+            "the shares below mix waiting with work (profile_step.overlap)\n"
+        )
     total = r["op_ms_per_step"] or 1.0
     rows = [{"where": _short(f["file"]), "ms": f["ms"], "pct": 100 * f["ms"] / total}
             for f in r["per_file"]]  # fmt: skip

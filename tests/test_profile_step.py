@@ -86,8 +86,19 @@ def test_profiles_a_real_step_under_the_profiler():
         assert r["executions_in_trace"] == 2  # one run id per call of the step
     total = r["op_ms_per_step"]
     assert total > 0
+    assert len(r["op_ms_each_step"]) == 2  # one trace session per step
+    assert sum(r["op_ms_each_step"]) / 2 == pytest.approx(total, rel=1e-9)
     assert sum(f["ms"] for f in r["per_file"]) == pytest.approx(total, rel=1e-9)
     assert sum(x["ms"] for x in r["per_site"]) == pytest.approx(total, rel=1e-9)
     assert r["coverage"] > 0.9
     files = {Path(f["file"]).name for f in r["per_file"][:8]}
     assert {"_products.py", "_layers.py"} & files, files
+
+
+def test_overlap_is_summed_time_over_wall_time_times_cores_on_a_cpu_only():
+    # 850 ms of operations in a 570 ms step on 2 cores: 0.75; a step whose events outlast
+    # its wall time on every core (3,100 ms in 540 ms) reads above 1, and the worst step counts.
+    assert ps.overlap([850.0], [570.0], 2, "cpu") == pytest.approx(850 / 1140)
+    assert ps.overlap([850.0, 3100.0], [570.0, 540.0], 2, "cpu") == pytest.approx(3100 / 1080)
+    assert ps.overlap([850.0], [570.0], 2, "gpu") is None
+    assert ps.overlap([], [], 2, "cpu") is None
