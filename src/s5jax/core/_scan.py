@@ -114,18 +114,23 @@ def _chunked(a, b, reverse, chunk_size=None):
     return _chunked_vjp(a, b, reverse, T)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _chunked_vjp(a, b, reverse, T):
-    return _chunked_kernel(a, b, reverse, T)
+def _with_adjoint(kernel):
+    """`kernel(a, b, reverse, T)` (x for x_k = a_k x_{k∓1} + b_k) as a custom VJP whose backward
+    pass is `_adjoint` run by the same kernel (reverse and T static)."""
 
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+    def scan(a, b, reverse, T):
+        return kernel(a, b, reverse, T)
 
-def _chunked_vjp_fwd(a, b, reverse, T):
-    xs = _chunked_kernel(a, b, reverse, T)
-    return xs, (a, xs)
+    def fwd(a, b, reverse, T):
+        xs = kernel(a, b, reverse, T)
+        return xs, (a, xs)
 
+    def bwd(reverse, T, residuals, g):
+        return _adjoint(kernel, reverse, T, residuals, g)
 
-def _chunked_vjp_bwd(reverse, T, residuals, g):
-    return _adjoint(_chunked_kernel, reverse, T, residuals, g)
+    scan.defvjp(fwd, bwd)
+    return scan
 
 
 def _adjoint(kernel, reverse, T, residuals, g):
@@ -147,9 +152,6 @@ def _adjoint(kernel, reverse, T, residuals, g):
     if a.ndim == 1:
         a_bar = jnp.sum(a_bar, axis=0)
     return a_bar, lam
-
-
-_chunked_vjp.defvjp(_chunked_vjp_fwd, _chunked_vjp_bwd)
 
 
 def _chunked_kernel(a, b, reverse, T):
@@ -232,6 +234,9 @@ def _chunk_carries(a_chunk, h_end, reverse):
     return s_in
 
 
+_chunked_vjp = _with_adjoint(_chunked_kernel)
+
+
 MATMUL_CHUNK = 64
 """Steps per chunk of the `"matmul"` scan: each complex state costs 8 × `MATMUL_CHUNK` real
 FLOPs in products, and the carries' associative scan has log2(L / `MATMUL_CHUNK`) levels.
@@ -249,23 +254,6 @@ def _matmul(a, b, reverse, chunk_size=None):
     L = b.shape[0]
     T = max(1, min(MATMUL_CHUNK if chunk_size is None else int(chunk_size), L))
     return _matmul_vjp(a, b, reverse, T)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _matmul_vjp(a, b, reverse, T):
-    return _matmul_kernel(a, b, reverse, T)
-
-
-def _matmul_vjp_fwd(a, b, reverse, T):
-    xs = _matmul_kernel(a, b, reverse, T)
-    return xs, (a, xs)
-
-
-def _matmul_vjp_bwd(reverse, T, residuals, g):
-    return _adjoint(_matmul_kernel, reverse, T, residuals, g)
-
-
-_matmul_vjp.defvjp(_matmul_vjp_fwd, _matmul_vjp_bwd)
 
 
 def _powers(a, n):
@@ -307,6 +295,9 @@ def _matmul_kernel(a, b, reverse, T):
         into = powers[1:][::-1] if reverse else powers[1:]  # a^(steps since the chunk's entry)
         h = h + into[None] * s_in[:, None]
     return h.reshape(N * T, P)[:L]
+
+
+_matmul_vjp = _with_adjoint(_matmul_kernel)
 
 
 def _pallas(a, b, reverse):
