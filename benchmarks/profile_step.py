@@ -253,6 +253,14 @@ def _profiler_options():
     return options
 
 
+def _cores() -> int:
+    """The cores this process may run on (its affinity where the OS reports one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
+
+
 def overlap(op_ms: list[float], wall_ms: list[float], threads: int, backend: str) -> float | None:
     """On a CPU: the largest over the profiled steps of (the operations' summed time) /
     (wall time × threads). Above 1 the events cannot all be time a thread spent computing:
@@ -321,7 +329,7 @@ def profile_step(task: str, s: dict, method: str = "auto", precision: str = "fp3
             runs += len({e["args"].get("run_id") for e in step_ops} - {None})
     files, lines, sites, top = attribute(ops, selfs, table, steps)
     total = sum(selfs) * 1e-3 / steps
-    threads = os.cpu_count() or 1
+    threads = _cores()
     covered = sum(f["ms"] for f in files if f["file"] != NO_SOURCE)
     return {
         "task": task, "shapes": s, "method": method, "precision": precision,
@@ -377,7 +385,7 @@ def main() -> None:
     if r["overlap"] is not None and r["overlap"] > 1.0:
         print(
             f"note: in one step the operations' summed time was {r['overlap']:.2f}x the wall "
-            f"time x {os.cpu_count()} threads: events include time waiting for a core, so "
+            f"time x {_cores()} cores: events include time waiting for a core, so "
             "the shares below mix waiting with work (profile_step.overlap)\n"
         )
     total = r["op_ms_per_step"] or 1.0
