@@ -83,10 +83,11 @@ def check_equals_sequential_and_parallel(
             )
 
 
-def check_gradients_equal_sequential(method, seed, L, varying, reverse, with_x0, with_resets):
+def check_gradients_equal_sequential(
+    method, seed, L, varying, reverse, with_x0, with_resets, P=3, tol=1e-9
+):
     """The gradients of a loss of `method`'s states and final state with respect to a, b and
-    the initial state equal the sequential scan's (float64, 1e-9; P = 3)."""
-    P = 3
+    the initial state equal the sequential scan's (float64, to `tol`)."""
     rng = np.random.default_rng(seed)
     a, b = _random(rng, L, P, varying)
     w = rng.normal(size=(L, P)) + 1j * rng.normal(size=(L, P))
@@ -111,7 +112,7 @@ def check_gradients_equal_sequential(method, seed, L, varying, reverse, with_x0,
         grads = grad(*args, method)
         expected = grad(*args, "sequential")
         for g, e in zip(grads, expected):
-            np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-9, atol=1e-9)
+            np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=tol, atol=tol)
 
 
 _jit_recurrence = jax.jit(core.linear_recurrence, static_argnames=("reverse", "method"))

@@ -26,7 +26,7 @@ from s5jax.config._schema import ModelConfig
 from s5jax.core import _native
 from s5jax.nn import _layers, build_model, nll_loss
 
-from .test_scan import _loop, _random
+from .test_scan import _loop, _random, check_gradients_equal_sequential
 
 HAVE_CXX = _native._compiler() is not None
 needs_native = pytest.mark.skipif(
@@ -89,31 +89,9 @@ def test_native_equals_the_definition_float64(L, P, varying, reverse, with_x0, w
 def test_native_gradients_equal_sequential_float64(
     L, P, varying, reverse, with_x0, with_resets, seed
 ):
-    rng = np.random.default_rng(seed)
-    a, b = _random(rng, L, P, varying)
-    w = rng.normal(size=(L, P)) + 1j * rng.normal(size=(L, P))
-    x0 = rng.normal(size=P) + 1j * rng.normal(size=P)
-    resets = rng.random(L) < 0.2 if with_resets else None
-    with jax.enable_x64(True):
-        w = jnp.asarray(w)
-
-        def loss(a, b, x0, method):
-            xs, final = core.linear_recurrence(
-                a,
-                b,
-                reverse=reverse,
-                initial_state=x0 if with_x0 else None,
-                resets=None if resets is None else jnp.asarray(resets),
-                method=method,
-            )
-            return jnp.sum(jnp.real(w * xs)) + jnp.sum(jnp.abs(final) ** 2)
-
-        args = (jnp.asarray(a), jnp.asarray(b), jnp.asarray(x0))
-        grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)  # one program each
-        grads = grad(*args, "native")
-        expected = grad(*args, "sequential")
-    for g, e in zip(grads, expected):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-11, atol=1e-11)
+    check_gradients_equal_sequential(
+        "native", seed, L, varying, reverse, with_x0, with_resets, P=P, tol=1e-11
+    )
 
 
 @needs_native
