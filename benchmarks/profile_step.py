@@ -308,10 +308,10 @@ def profile_step(task: str, s: dict, method: str = "auto", precision: str = "fp3
         # One trace session per step, its trace read before the next starts, with the Python
         # tracer off (`_profiler_options`; the attribution reads XLA's operation events only).
         # With one session around five calls of Image's float32 step (2-core Intel Xeon,
-        # 2026-12-05) the calls after the second or third took 2.1-4.6 s against 0.53-0.57 s,
-        # and the operations' summed time reached 2.2-3.1 s a step (a weight-sized 768 x 512
-        # fusion at 31 ms); session by session: 529-575 ms a call and 0.79-0.85 s summed, in
-        # three runs (`--config image --steps 5`).
+        # 2026-12-05), in six runs of seven some of the third to fifth calls took 0.66-4.6 s
+        # against 0.53-0.58 s for the first two, and the operations' summed time reached up to
+        # 3.1 s a step (a weight-sized 768 x 512 fusion at 31 ms); session by session: 529-575
+        # ms a call and 0.79-0.85 s summed, in three runs (`--config image --steps 5`).
         for i in range(steps):
             folder = Path(trace_dir or tmp) / f"step-{i}"
             with jax.profiler.trace(folder, create_perfetto_trace=True,
