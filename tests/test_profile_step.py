@@ -90,7 +90,14 @@ def test_profiles_a_real_step_under_the_profiler():
     assert sum(r["op_ms_each_step"]) / 2 == pytest.approx(total, rel=1e-9)
     assert sum(f["ms"] for f in r["per_file"]) == pytest.approx(total, rel=1e-9)
     assert sum(x["ms"] for x in r["per_site"]) == pytest.approx(total, rel=1e-9)
-    assert r["coverage"] > 0.9
+    # Only operations XLA made itself (copies and the like, no `op_name`) go unattributed;
+    # their share depends on the host and its load (this step: 0.92-0.93 of the time covered
+    # alone on a 2-core Xeon, 0.81 in CI's parallel suite), so the bound is loose.
+    no_source = sum(f["ms"] for f in r["per_file"] if f["file"] == ps.NO_SOURCE)
+    assert r["coverage"] == pytest.approx(1 - no_source / total, rel=1e-9)
+    assert r["coverage"] > 0.5
+    unattributed = [o for o in r["per_op"] if "file" not in o]
+    assert all("op_name" not in o for o in unattributed), unattributed
     files = {Path(f["file"]).name for f in r["per_file"][:8]}
     assert {"_products.py", "_layers.py"} & files, files
 
