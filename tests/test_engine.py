@@ -1,6 +1,7 @@
 """train_and_evaluate end to end on the synthetic experiment: outputs, repeatability, resume,
 divergence, and one device against two."""
 
+import dataclasses
 import io
 import json
 import os
@@ -14,10 +15,11 @@ import pytest
 
 from s5jax import core
 from s5jax.config import apply_overrides, load_experiment
-from s5jax.data import Split
+from s5jax.data import Split, iterate_batches
 from s5jax.train import read_metrics
 from s5jax.train._checkpoint import Checkpoints
 from s5jax.train._datasets import synthetic_dataset
+from s5jax.train import _engine
 from s5jax.train._engine import TrainingDiverged, train_and_evaluate
 from s5jax.train._run_info import native_scan_status, pallas_scan_status
 
@@ -239,6 +241,64 @@ def test_nan_loss_found_at_a_fetch_names_its_step_and_the_fetched_range(tmp_path
     with pytest.raises(TrainingDiverged, match=r"at step 9 \(epoch 2\) \(steps 9-12 checked"):
         _run(tmp_path, "run", cfg, dataset=bad, resume=True)
     assert [r["step"] for r in read_metrics(tmp_path / "run", kind="step")] == [4, 8]
+
+
+def test_each_step_trains_on_its_own_batch_in_the_epoch_s_order(tmp_path, monkeypatch):
+    # The loop reads and places batch i + 1 while step i runs (one batch ahead): step i must
+    # still get batch i of the epoch's shuffled order, and every training example once.
+    seen = []
+    make_steps = _engine.make_steps
+
+    def recording(*args, **kwargs):
+        steps = make_steps(*args, **kwargs)
+
+        def train(params, state, opt_state, batch, key):
+            seen.append(np.asarray(batch["x"]))
+            return steps.train(params, state, opt_state, batch, key)
+
+        return dataclasses.replace(steps, train=train)
+
+    monkeypatch.setattr(_engine, "make_steps", recording)
+    cfg = _cfg("train.epochs=2")
+    data = synthetic_dataset(seq_len=32, n_train=64, n_eval=32)
+    _run(tmp_path, "run", cfg, dataset=data)
+    split, size = data.splits["train"], cfg.data.batch_size
+    want = [
+        b["x"]
+        for epoch in (1, 2)
+        for b in iterate_batches(
+            split, size, shuffle=True, seed=cfg.train.seed, epoch=epoch, drop_last=True
+        )
+    ]
+    assert len(seen) == len(want) == 2 * 64 // size
+    for got, expected in zip(seen, want):
+        np.testing.assert_array_equal(got, expected)
+    rows = np.concatenate(seen[: 64 // size]).reshape(64, -1)
+    assert len(np.unique(rows, axis=0)) == 64  # the first epoch saw every example once
+
+
+def test_epoch_means_count_every_step_once_whatever_log_every(tmp_path):
+    # The steps' statistics reach the host in windows of log_every steps (and at the epoch's
+    # end); the epoch's train_loss and train_accuracy are the means over its steps all the same.
+    _run(tmp_path, "every", _cfg("train.epochs=2", "train.log_every=1"))
+    _run(tmp_path, "third", _cfg("train.epochs=2", "train.log_every=3"))
+    steps = read_metrics(tmp_path / "every", kind="step")
+    every = read_metrics(tmp_path / "every", kind="epoch")
+    third = read_metrics(tmp_path / "third", kind="epoch")
+    assert len(steps) == 2 * 8  # 64 examples, batch 8
+    for epoch, record in enumerate(every, start=1):
+        mine = [s for s in steps if s["epoch"] == epoch]
+        assert len(mine) == 8
+        assert record["train_loss"] == pytest.approx(np.mean([s["loss"] for s in mine]), rel=1e-9)
+        assert record["train_accuracy"] == pytest.approx(
+            np.mean([s["accuracy"] for s in mine]), rel=1e-9
+        )
+    for a, b in zip(every, third, strict=True):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-9)
+        assert b["train_accuracy"] == pytest.approx(a["train_accuracy"], rel=1e-9)
+    logged = {s["step"]: s["loss"] for s in read_metrics(tmp_path / "third", kind="step")}
+    assert sorted(logged) == [3, 6, 9, 12, 15]
+    assert all(logged[k] == steps[k - 1]["loss"] for k in logged)
 
 
 def test_batch_larger_than_the_data_is_a_clear_error(tmp_path):
