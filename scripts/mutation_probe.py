@@ -196,7 +196,8 @@ MUTATIONS = (
       "if (k > 0) {  // ā→ += conj(x→_{k−1}) λ→_k", "if (k > 1) {  // ā→ += conj(x→_{k−1}) λ→_k",
       (NATIVE,), "∂Λ̄ of the forward direction misses one step's term (bidirectional)"),
     M("planar-adj-flush-drops", "core/_native.cc",
-      "            total[static_cast<size_t>(q)] += static_cast<double>(part[static_cast<size_t>(q)]);",
+      "            total[static_cast<size_t>(q)] += "
+      "static_cast<double>(part[static_cast<size_t>(q)]);",
       "            total[static_cast<size_t>(q)] += 0.0;", (NATIVE,),
       "the one-direction adjoint drops ∂Λ̄'s partial sums every 256 steps"),
     M("wg-remainder-columns", "core/_native.cc", "    if (rem) {", "    if (false && rem) {",

@@ -16,10 +16,9 @@ import pytest
 from s5jax import core
 from s5jax.config import apply_overrides, load_experiment
 from s5jax.data import Split, iterate_batches
-from s5jax.train import read_metrics
+from s5jax.train import _engine, read_metrics
 from s5jax.train._checkpoint import Checkpoints
 from s5jax.train._datasets import synthetic_dataset
-from s5jax.train import _engine
 from s5jax.train._engine import TrainingDiverged, train_and_evaluate
 from s5jax.train._run_info import native_scan_status, pallas_scan_status
 
