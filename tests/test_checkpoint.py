@@ -175,6 +175,25 @@ def test_an_interrupted_save_is_skipped(tmp_path, getkey, caplog):
     assert "interrupted save" in caplog.text
 
 
+def test_a_manifest_that_lists_other_arrays_than_orbax_holds_is_skipped(tmp_path, getkey, caplog):
+    # Its files are intact (the sums match), but the manifest does not describe this state:
+    # one leaf added to its list, as a manifest copied from another save would be.
+    first, second = _state(getkey()), _state(getkey())
+    ckpt = Checkpoints(tmp_path)
+    ckpt.save("latest", 1, first, {"epoch": 1})
+    ckpt.save("latest", 2, second, {"epoch": 2})
+    path = tmp_path / "checkpoints" / "latest" / "2" / "s5jax.json"
+    manifest = json.loads(path.read_text())
+    manifest["leaves"].append({"name": "['extra']", "shape": [1], "dtype": "float32"})
+    path.write_text(json.dumps(manifest))
+    with caplog.at_level("WARNING", logger="s5jax"):
+        restored, meta = ckpt.restore("latest", first)
+    ckpt.close()
+    _assert_same(restored, first)
+    assert meta == {"epoch": 1}
+    assert "latest/2 holds other arrays than its s5jax.json lists" in caplog.text
+
+
 def test_when_every_checkpoint_is_damaged_one_error_names_the_folder_and_best(
     tmp_path, getkey, capfd
 ):
