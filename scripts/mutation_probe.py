@@ -51,6 +51,7 @@ class Mutation:
 M = Mutation
 EFFECTS = "tests/test_effects.py"
 NATIVE = "tests/test_scan_native.py"
+IMAGE_AUDIO = "tests/test_data_image_audio.py"
 MUTATIONS = (
     # --- core: the paper's math ----------------------------------------------------------
     M("zoh-gamma-sign", "core/_discretize.py", "(Lambda_bar - 1) / Lambda",
@@ -285,6 +286,31 @@ MUTATIONS = (
       'if sorted(state) != sorted(leaf["name"] for leaf in manifest["leaves"]):',
       "if False:", ("tests/test_checkpoint.py", "tests/test_corruption_fuzz.py"),
       "a checkpoint holding other arrays than its manifest lists is restored"),
+    # --- readers, logging, run directories -------------------------------------------------
+    M("cifar-gray-rounding", "data/_cifar.py",
+      "luma = 19595 * rgb[:, 0] + 38470 * rgb[:, 1] + 7471 * rgb[:, 2] + 0x8000",
+      "luma = 19595 * rgb[:, 0] + 38470 * rgb[:, 1] + 7471 * rgb[:, 2]", (IMAGE_AUDIO,),
+      "grayscale truncates where Pillow's convert('L') rounds"),
+    M("cifar-rgb-planes", "data/_cifar.py",
+      "x = (_to_tensor(data.reshape(len(data), 3, PIXELS)) - mean) / std",
+      "x = (_to_tensor(data.reshape(len(data), PIXELS, 3).transpose(0, 2, 1)) - mean) / std",
+      (IMAGE_AUDIO,), "CIFAR rows read as interleaved RGB instead of three planes"),
+    M("bitreversal-identity", "data/_mnist.py", "rev |= ((idx >> b) & 1) << (bits - 1 - b)",
+      "rev |= ((idx >> b) & 1) << b", (IMAGE_AUDIO,), "psMNIST's permutation is the identity"),
+    M("wav-big-endian", "data/_speech.py", 'return np.frombuffer(frames, "<i2")',
+      'return np.frombuffer(frames, ">i2")', (IMAGE_AUDIO,), "WAV samples read big-endian"),
+    M("speech-std-biased", "data/_speech.py",
+      "std = np.sqrt(np.asarray(spread, np.float64) / (n * (n - 1))) * SCALE",
+      "std = np.sqrt(np.asarray(spread, np.float64) / (n * n)) * SCALE", (IMAGE_AUDIO,),
+      "Speech Commands' per-step std biased (the reference standardises with n − 1)"),
+    M("tensorboard-delta-log", "train/_tensorboard.py",
+      'histograms[f"{name}/Delta"] = np.exp(p["log_step"])',
+      'histograms[f"{name}/Delta"] = p["log_step"]', ("tests/test_train_logging.py",),
+      "the Δ histogram shows log Δ"),
+    M("rundir-any-folder-is-a-checkpoint", "train/_rundir.py",
+      "return latest.is_dir() and any(p.name.isdigit() for p in latest.iterdir())",
+      "return latest.is_dir() and any(True for p in latest.iterdir())",
+      ("tests/test_run_dirs.py",), "a half-written orbax temporary counts as a checkpoint"),
     # --- cli ------------------------------------------------------------------------------
     M("cli-eval-checkpoint", "cli/__init__.py",
       "step_rescale=args.step_rescale, which=args.checkpoint",

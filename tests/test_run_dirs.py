@@ -132,6 +132,19 @@ def test_resume_without_a_checkpoint_is_an_error_and_creates_nothing(tmp_path, c
     assert not run.exists()
 
 
+def test_resume_after_a_kill_during_the_first_save_is_the_no_checkpoint_error(tmp_path, capsys):
+    # orbax writes a step into a temporary folder and renames it when done: killed before
+    # that, the run has no checkpoint, only the temporary (which the next save cleans up).
+    run = tmp_path / "run"
+    temporary = run / "checkpoints" / "latest" / "16.orbax-checkpoint-tmp-1764990000000000"
+    (temporary / "state").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    assert _train(run, "--resume") == 2
+    line = _error_line(capsys)
+    assert "--resume: no checkpoint in" in line and "--resume-or-start" in line
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.json"]
+
+
 def test_resume_or_start_starts_then_reports_a_complete_run(tmp_path, capsys):
     run = tmp_path / "run"
     assert _train(run, "--resume-or-start") == 0
