@@ -2,6 +2,7 @@
 summaries read back against each run's own results.json, resumption, the trial scheduler on
 a fake device list, and the SPACE.toml errors."""
 
+import io
 import json
 import statistics
 import threading
@@ -137,6 +138,25 @@ def test_seeds_summary_rerun_and_interrupted_seed(tmp_path, capsys):
     assert "optim.ssm_lr" in capsys.readouterr().err
     assert main([*args, "--seeds", "0", "--set", "train.seed=3"]) == 2
     assert "train.seed" in capsys.readouterr().err
+
+
+def test_seeds_run_to_fewer_epochs_are_extended_when_more_are_asked(tmp_path):
+    # A seed folder whose results.json says 1 epoch, asked for 2: not "finished earlier" but
+    # resumed from its checkpoint and trained on; the summary has the 2-epoch figures.
+    work = tmp_path / "seeds"
+    run_seeds(load_experiment("synthetic", [*TINY, "train.epochs=1"]), [0], work, progress=False)
+    first = json.loads((work / "seed-0" / "results.json").read_text())
+    assert first["epochs_run"] == 1
+    log = io.StringIO()
+    summary = run_seeds(
+        load_experiment("synthetic", [*TINY, "train.epochs=2"]), [0], work, progress=False,
+        stream=log,
+    )  # fmt: skip
+    results = json.loads((work / "seed-0" / "results.json").read_text())
+    assert results["epochs_run"] == 2
+    assert "finished earlier" not in log.getvalue() and "resumed from epoch 1" in log.getvalue()
+    (row,) = summary["per_seed"]
+    assert row["epochs_run"] == 2 and row["test"] == results["test_at_best_val"]
 
 
 def test_grid_expands_in_order():
