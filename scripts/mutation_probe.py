@@ -311,6 +311,13 @@ MUTATIONS = (
       "return latest.is_dir() and any(p.name.isdigit() for p in latest.iterdir())",
       "return latest.is_dir() and any(True for p in latest.iterdir())",
       ("tests/test_run_dirs.py",), "a half-written orbax temporary counts as a checkpoint"),
+    M("announce-error-class-lost", "train/_sharding.py",
+      'cls = _error_classes().get(payload["error"])', "cls = None",
+      ("tests/test_multiprocess.py",),
+      "other processes stop with a RuntimeError instead of process 0's error and exit status"),
+    M("announce-rounds-not-numbered", "train/_sharding.py",
+      'return f"{key}/{_ROUNDS[key]}"', "return key", ("tests/test_multiprocess.py",),
+      "a process training several runs reads the first run's announcements again"),
     # --- configs and seeds ----------------------------------------------------------------
     M("config-base-table-replaced", "config/_load.py",
       "merged[key] = {**parent.get(key, {}), **raw.get(key, {})}",

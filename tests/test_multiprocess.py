@@ -163,6 +163,22 @@ def test_two_processes_train_resume_and_read_half_of_each_batch_like_two_devices
     assert len(read_metrics(two, kind="epoch")) == 2
 
 
+def test_two_processes_train_several_seeds_one_after_another(tmp_path):
+    # `--seeds` runs one training after another in each process: every run's announcements
+    # from process 0 (the run directory's check, the resumed state) are numbered by run, so
+    # that process 1 waits for the second run's and does not read the first's again.
+    work = tmp_path / "seeds"
+    outs = _two_processes(tmp_path, "seeds", work, 1, "--seeds", "0-1")
+    assert [o.count("== seed") for o, _ in outs] == [2, 2], outs[1][0][-2000:]
+    summary = json.loads((work / "summary.json").read_text())
+    assert [(r["seed"], r["status"]) for r in summary["per_seed"]] == [(0, "done"), (1, "done")]
+    for s in (0, 1):
+        assert json.loads((work / f"seed-{s}" / "config.json").read_text())["train"]["seed"] == s
+        assert len(read_metrics(work / f"seed-{s}", kind="epoch")) == 1
+    # The seeds differ (initialisation, data order), so neither run repeated the other.
+    assert read_metrics(work / "seed-0", kind="step") != read_metrics(work / "seed-1", kind="step")
+
+
 def test_every_process_stops_with_the_error_of_process_0(tmp_path):
     # Process 0 refuses a non-empty run directory; process 1, which does not check it,
     # stops with process 0's message and exit status, and nothing is written.
