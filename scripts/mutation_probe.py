@@ -3,7 +3,9 @@
 Each mutation names a file under `src/s5jax/`, an exact fragment of one line, its replacement
 and the smallest tests that should fail (files or `file::test` node ids). For each, `src/` and
 `tests/` (with `pyproject.toml` and `scripts/`) are copied into a fresh temporary folder, the
-fragment is replaced there, and the tests run with `PYTHONPATH` set to the copy's `src`:
+fragment is replaced there, and the tests run with `PYTHONPATH` set to the copy's `src` (and,
+for a mutation of the native C++ source, `S5JAX_CACHE_DIR` inside the copy, so that its build
+goes with it):
 
     pytest -x -q -p no:cacheprovider -n 2 TESTS
 
@@ -385,6 +387,10 @@ def run_one(mutation: Mutation, *, workers: int, timeout: float) -> dict:
         target = tmp / "src" / "s5jax" / mutation.file
         target.write_text(target.read_text().replace(mutation.original, mutation.replacement))
         env = {**os.environ, "PYTHONPATH": str(tmp / "src")}
+        if mutation.file.endswith(".cc"):
+            # The mutant's native library builds into the copy, and goes with it; the shared
+            # cache (~/.cache/s5jax) keeps only the builds of real sources.
+            env["S5JAX_CACHE_DIR"] = str(tmp / "native-cache")
         cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
         cmd += ["-n", str(workers)] if workers > 0 else []
         cmd += list(mutation.tests)
