@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -691,24 +693,81 @@ def test_switched_off_or_without_a_compiler_the_error_says_why(tmp_path):
     assert "AUTO: chunked" in missing.stdout and "FINITE: True" in missing.stdout
 
 
+def _age(path, days):
+    """Set a file's modification time `days` days into the past."""
+    then = time.time() - days * 86_400
+    os.utime(path, (then, then))
+
+
 @needs_native
-def test_build_is_cached_and_atomic(tmp_path):
-    # A fresh cache folder: the first process compiles, the second reuses the file; no
-    # temporary file is left behind.
+def test_build_is_cached_and_atomic_and_prunes_unused_builds(tmp_path):
+    # A cache folder holding another source's build unused for 31 days, one used yesterday, a
+    # killed build's temporary file from two days ago, one from a build that may be running
+    # now, and a file that is not ours: the first process compiles and removes exactly the old
+    # build and the old temporary file; the second process reuses the new build and marks it
+    # used; no temporary file of its own is left behind.
     code = """
         from s5jax.core import _native
         assert _native.native_available(), _native.native_build_error()
         print(_native._state["library"])
     """
-    env = {**os.environ, "S5JAX_CACHE_DIR": str(tmp_path / "cache")}
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for name, days in [
+        ("s5jax_native-0000000000000000.so", 31),
+        ("s5jax_native-1111111111111111.so", 1),
+        (".s5jax_native-2222222222222222.so.0123456789ab.tmp", 2),
+        (".s5jax_native-3333333333333333.so.0123456789ab.tmp", 0),
+        ("notes.txt", 400),
+    ]:
+        (cache / name).write_bytes(b"x")
+        _age(cache / name, days)
+    env = {**os.environ, "S5JAX_CACHE_DIR": str(cache)}
     env.pop("S5JAX_NATIVE", None)
     first = _run_python(code, env)
     assert first.returncode == 0, first.stderr
+    build = Path(first.stdout.strip())
+    assert build.parent == cache and build.name.startswith("s5jax_native-")
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [
+            ".s5jax_native-3333333333333333.so.0123456789ab.tmp",
+            "notes.txt",
+            "s5jax_native-1111111111111111.so",
+            build.name,
+        ]
+    )
+    _age(build, 10)
     second = _run_python(code, env)
     assert second.returncode == 0, second.stderr
     assert first.stdout == second.stdout
-    files = sorted(p.name for p in (tmp_path / "cache").iterdir())
-    assert len(files) == 1 and files[0].startswith("s5jax_native-") and files[0].endswith(".so")
+    assert time.time() - build.stat().st_mtime < 3600  # loaded: marked used
+    assert len(list(cache.iterdir())) == 4  # nothing built, nothing pruned
+
+
+def test_prune_keeps_recent_builds_the_new_one_and_other_files(tmp_path):
+    now = 1_000_000_000.0
+    names = {
+        "s5jax_native-aaaaaaaaaaaaaaaa.so": 30.5,  # unused past the limit: removed
+        "s5jax_native-bbbbbbbbbbbbbbbb.so": 29.5,  # kept
+        "s5jax_native-cccccccccccccccc.so": 90,  # the new build itself (keep=): kept
+        ".s5jax_native-dddddddddddddddd.so.0123456789ab.tmp": 1.5,  # removed
+        ".s5jax_native-eeeeeeeeeeeeeeee.so.0123456789ab.tmp": 0.5,  # kept
+        "s5jax_native-notes.txt": 90,  # not a build: kept
+        "other.so": 90,  # not ours: kept
+    }
+    for name, days in names.items():
+        (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, (now - days * 86_400, now - days * 86_400))
+    (tmp_path / "s5jax_native-ffffffffffffffff.so").mkdir()  # not a file: kept
+    removed = _native._prune(tmp_path, keep=tmp_path / "s5jax_native-cccccccccccccccc.so", now=now)
+    assert sorted(p.name for p in removed) == [
+        ".s5jax_native-dddddddddddddddd.so.0123456789ab.tmp",
+        "s5jax_native-aaaaaaaaaaaaaaaa.so",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        set(names) - {p.name for p in removed} | {"s5jax_native-ffffffffffffffff.so"}
+    )
+    assert _native._prune(tmp_path / "missing", keep=tmp_path / "x.so", now=now) == []
 
 
 def test_compiler_lookup_honours_cxx(monkeypatch):

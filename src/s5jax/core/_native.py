@@ -18,6 +18,11 @@ or `clang++`) against the XLA FFI headers shipped with jaxlib, and cached in
 `$S5JAX_CACHE_DIR` (default `$XDG_CACHE_HOME/s5jax`, i.e. `~/.cache/s5jax`) under a name that
 hashes the source, the compiler, the flags, jaxlib's version and the host CPU, written to a
 temporary name and renamed. Nothing is downloaded. `S5JAX_NATIVE=0` turns it off.
+Each new source, compiler, jaxlib or CPU type adds a build (about 0.5 MB), so a build marks
+itself used (its modification time) whenever a process loads it, and a process that compiles
+a new one removes the builds no process has loaded for `_PRUNE_AFTER_DAYS` days and the
+temporary files a killed compiler left behind more than a day ago (`_prune`). The folder
+may be shared by hosts of several CPU types: each one's build stays while it is used.
 
 `native_available()` says whether it can be used; `method="native"` raises a `RuntimeError`
 that says why not (no compiler, a failed build, not a CPU backend, `S5JAX_NATIVE=0`).
@@ -36,6 +41,7 @@ import platform
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import jax
@@ -71,6 +77,9 @@ _TARGET_TRANSPOSE = "s5jax_transpose"
 _TARGET_WEIGHT_GRADIENT = "s5jax_weight_gradient"
 _TARGET_COLUMN_DOT = "s5jax_column_dot"
 _WEIGHT_GRADIENT_TILES = {2: "avx512", 1: "avx2", 0: "portable"}  # S5jaxWeightGradientVector()
+_BUILD_PREFIX = "s5jax_native-"
+_PRUNE_AFTER_DAYS = 30  # builds not loaded for this long are removed when a new one is built
+_DAY = 86_400.0
 _DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
 
 _log = logging.getLogger(__name__)
@@ -131,8 +140,9 @@ def _build(cxx: str) -> Path:
         key.update(part)
         key.update(b"\0")
     out_dir = _cache_dir()
-    target = out_dir / f"s5jax_native-{key.hexdigest()[:16]}.so"
+    target = out_dir / f"{_BUILD_PREFIX}{key.hexdigest()[:16]}.so"
     if target.exists():
+        _mark_used(target)
         return target
     with contextlib.ExitStack() as stack:
         try:  # the shared object is built under a temporary name and renamed when complete
@@ -149,7 +159,48 @@ def _build(cxx: str) -> Path:
             raise RuntimeError(
                 f"compiling {_SOURCE.name} failed ({' '.join(cmd)}):\n{result.stderr.strip()}"
             )
+    _prune(out_dir, keep=target)
     return target
+
+
+def _mark_used(build: Path) -> None:
+    """Set a cached build's modification time to now: `_prune` keeps what is still loaded.
+    A cache that is read-only to this user is used as it is."""
+    with contextlib.suppress(OSError):
+        os.utime(build)
+
+
+def _prune(folder: Path, *, keep: Path, now: float | None = None) -> list[Path]:
+    """Remove from the kernel cache the builds not loaded for `_PRUNE_AFTER_DAYS` days and the
+    temporary files of builds that never finished (a compiler killed mid-build) older than a
+    day; never `keep` nor any other file. Returns what it removed. Called after a new build
+    only, so that loading a cached build costs no directory scan. A file another process
+    removes first, or one this user may not remove, is left to that process or user.
+    """
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        name = path.name
+        if name.startswith(_BUILD_PREFIX) and name.endswith(".so"):
+            limit = _PRUNE_AFTER_DAYS * _DAY
+        elif name.startswith("." + _BUILD_PREFIX) and name.endswith(".tmp"):
+            limit = _DAY
+        else:
+            continue
+        try:
+            if path == keep or not path.is_file() or now - path.stat().st_mtime <= limit:
+                continue
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    if removed:
+        _log.info("removed %d unused native kernel build(s) from %s", len(removed), folder)
+    return removed
 
 
 def _load() -> bool:
