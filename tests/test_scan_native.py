@@ -744,6 +744,29 @@ def test_build_is_cached_and_atomic_and_prunes_unused_builds(tmp_path):
     assert len(list(cache.iterdir())) == 4  # nothing built, nothing pruned
 
 
+@needs_native
+def test_a_build_pruned_just_before_its_load_is_built_again():
+    # Another process's prune may remove a long-unused build between `_build`'s check and the
+    # load: the load then builds it again instead of leaving the process without the kernel.
+    code = """
+        from s5jax.core import _native
+        real, calls = _native._build, []
+        def build(cxx):
+            calls.append(cxx)
+            path = real(cxx)
+            return path.with_name("s5jax_native-removed.so") if len(calls) == 1 else path
+        _native._build = build
+        assert _native.native_available(), _native.native_build_error()
+        print(len(calls), _native._state["library"].name)
+    """
+    env = {**os.environ}
+    env.pop("S5JAX_NATIVE", None)
+    out = _run_python(code, env)
+    assert out.returncode == 0, out.stderr
+    calls, name = out.stdout.split()
+    assert calls == "2" and name.startswith("s5jax_native-") and name != "s5jax_native-removed.so"
+
+
 def test_prune_keeps_recent_builds_the_new_one_and_other_files(tmp_path):
     now = 1_000_000_000.0
     names = {

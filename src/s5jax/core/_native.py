@@ -220,7 +220,15 @@ def _load() -> bool:
             return False
         try:
             path = _build(cxx)
-            lib = ctypes.cdll.LoadLibrary(str(path))
+            try:
+                lib = ctypes.cdll.LoadLibrary(str(path))
+            except OSError:
+                if path.exists():
+                    raise
+                # Removed between `_build`'s check and the load by another process's `_prune`
+                # (a build unused for 30 days, loaded again just then): build it anew.
+                path = _build(cxx)
+                lib = ctypes.cdll.LoadLibrary(str(path))
             for target, symbol in (
                 (_TARGET, lib.S5jaxRecurrence),
                 (_TARGET_ADJOINT, lib.S5jaxRecurrenceAdjoint),
