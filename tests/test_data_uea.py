@@ -206,6 +206,24 @@ def test_val_is_stratified_seeded_and_stated(tmp_path):
     )
 
 
+def test_a_large_val_fraction_leaves_every_class_a_training_example(tmp_path):
+    """The carve takes round(fraction * n) of a class but never all of it; a class with one
+    example gives none (and the regression carve leaves one training example)."""
+    rng = np.random.default_rng(4)
+    labels = ["a", "a", "b", "b", "b", "b", "b", "c"]  # 2 / 5 / 1 examples
+    train = ([[rng.standard_normal(6).round(6)] for _ in labels], labels)
+    header = "@problemName V\n@univariate true\n@classLabel true a b c\n"
+    path = write_pair(tmp_path, "V", train, univariate(rng, 3, 6, ["a", "b", "c"]), header)
+    ds = load_ts(path, val_fraction=0.9)
+    # a: round(1.8) = 2 of 2, capped at 1; b: round(4.5) = 4 of 5; c: one example, none taken
+    assert np.bincount(ds.splits["val"].y, minlength=3).tolist() == [1, 4, 0]
+    assert np.bincount(ds.splits["train"].y, minlength=3).tolist() == [1, 1, 1]
+    header = "@problemName R\n@univariate true\n@targetLabel true\n"
+    reg = ([[rng.standard_normal(4)] for _ in range(3)], [1.0, 2.0, 3.0])
+    ds = load_ts(write_pair(tmp_path, "R", reg, ([[np.ones(4)]], [0.0]), header), val_fraction=0.9)
+    assert len(ds.splits["val"]) == 2 and len(ds.splits["train"]) == 1
+
+
 def ok_file(body: str, header: str = "@problemName X\n@univariate true\n@classLabel true a b\n"):
     return header + body
 
