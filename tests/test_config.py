@@ -350,6 +350,7 @@ def test_wrong_override_type_names_key_type_and_value(override, pattern):
         (dict(dropout=1.0), r"model\.dropout = 1\.0: must be in \[0, 1\)"),
         (dict(norm="group"), r"model\.norm = 'group': expected one of 'batch', 'layer'"),
         (dict(n_layers=2.0), r"model\.n_layers = 2\.0: expected int"),
+        (dict(n_layers=True), r"model\.n_layers = True: expected int"),  # bool is an int subclass
         (dict(conj_sym=1), r"model\.conj_sym = 1: expected bool"),
         (dict(head="gaussian"), r"'gaussian' head .* model\.pooling = 'none'"),
         (dict(pooling="none"), r"'classification' head needs one vector"),

@@ -179,6 +179,26 @@ def test_grid_expands_in_order():
                and t["model.d_model"] in (8, 16) for t in rand)  # fmt: skip
 
 
+def test_random_draws_follow_their_ranges():
+    """log_uniform is uniform in log (a decade each side of the middle gets the same share),
+    uniform in value, int_uniform includes both ends and a list choice takes each item."""
+    space = {
+        "optim.ssm_lr": {"log_uniform": [1e-4, 1e-2]},
+        "optim.lr": {"uniform": [0.0, 1.0]},
+        "model.n_layers": {"int_uniform": [1, 3]},
+        "model.d_model": [8, 16],
+    }
+    trials = SweepSpace(random=space, samples=2000, seed=3).trials()
+    logs = np.log10([t["optim.ssm_lr"] for t in trials])
+    # under log_uniform half the draws lie below 1e-3; drawn linearly, about 9 %
+    assert abs(np.mean(logs < -3) - 0.5) < 0.05 and logs.min() >= -4 and logs.max() <= -2
+    lr = np.array([t["optim.lr"] for t in trials])
+    assert abs(np.mean(lr < 0.5) - 0.5) < 0.05 and lr.min() >= 0 and lr.max() <= 1
+    counts = np.bincount([t["model.n_layers"] for t in trials], minlength=4)
+    assert counts[0] == 0 and all(abs(c / 2000 - 1 / 3) < 0.05 for c in counts[1:])
+    assert abs(np.mean([t["model.d_model"] == 8 for t in trials]) - 0.5) < 0.05
+
+
 def test_sweep_selects_by_val_and_reports_only_its_test(tmp_path, capsys):
     # A user's .npz, named relative to the space file; its data-chosen defaults are
     # recorded in each trial's run_info.json, as `s5jax train --data` does.
