@@ -1,11 +1,15 @@
 """Loading a configured dataset: the prepared cache is found wherever it was prepared from,
-`data.n_train` / `data.n_eval` truncate, `data.seq_len` is checked, `s5jax list` sees it."""
+`data.n_train` / `data.n_eval` truncate, `data.seq_len` is checked on every split, `s5jax list`
+sees it; a prepared folder of another format version or with a file missing is refused."""
 
+import json
+
+import numpy as np
 import pytest
 
 from s5jax.config import DataConfig
-from s5jax.data import DatasetError
-from s5jax.train._datasets import load_dataset, prepare_named
+from s5jax.data import DatasetError, PreparedDataset, Split, load_prepared, save_prepared
+from s5jax.train._datasets import limit_and_check, load_dataset, prepare_named, sequence_length
 from s5jax.train._runs import data_status
 
 from ._fixtures import write_listops, write_speech
@@ -61,3 +65,51 @@ def test_list_sees_prepared_speech(tmp_path, monkeypatch):
     write_speech(tmp_path / "root" / "speech_commands")
     prepare_named("speech35")
     assert data_status("speech35") == "ready"
+
+
+def _dataset(lengths: dict[str, int], tokens: bool = False, pairs: bool = False):
+    rng = np.random.default_rng(0)
+    splits = {}
+    for name, L in lengths.items():
+        if pairs:
+            x = rng.integers(0, 9, (3, 2, L)).astype(np.int32)
+        elif tokens:
+            x = rng.integers(0, 9, (3, L)).astype(np.int32)
+        else:
+            x = rng.standard_normal((3, L, 2)).astype(np.float32)
+        splits[name] = Split(x=x, y=np.arange(3, dtype=np.int32) % 2)
+    return PreparedDataset(name="d", task="classification", splits=splits, n_classes=2,
+                           vocab_size=9 if tokens or pairs else None)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["features", "tokens", "pairs"])
+def test_sequence_length_of_features_tokens_and_pairs(kind):
+    ds = _dataset({"train": 7}, tokens=kind == "tokens", pairs=kind == "pairs")
+    assert sequence_length(ds.splits["train"]) == 7  # (N, L, d), (N, L), (N, 2, L)
+    assert limit_and_check(ds, DataConfig(seq_len=7)) is ds
+
+
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_seq_len_is_checked_on_every_split(split):
+    lengths = {"train": 8, "val": 8, "test": 8} | {split: 6}
+    with pytest.raises(DatasetError, match=rf"data\.seq_len = 8 but the {split} split .* 6"):
+        limit_and_check(_dataset(lengths, pairs=True), DataConfig(seq_len=8))
+
+
+def test_prepared_round_trip_and_refusals(tmp_path):
+    ds = _dataset({"train": 5, "test": 5}, tokens=True)
+    folder = save_prepared(tmp_path / "prep", ds)
+    back = load_prepared(folder)
+    assert back.name == "d" and back.vocab_size == 9 and sorted(back.splits) == ["test", "train"]
+    np.testing.assert_array_equal(back.splits["train"].x, ds.splits["train"].x)
+    assert back.splits["train"].lengths is None
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({**meta, "format_version": 0}))
+    with pytest.raises(DatasetError, match="format_version 0 is not 1; prepare the dataset again"):
+        load_prepared(folder)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    (folder / "test_y.npy").unlink()
+    with pytest.raises(DatasetError, match=r"test_y\.npy is missing; prepare the dataset again"):
+        load_prepared(folder)
+    with pytest.raises(DatasetError, match="is not a prepared dataset"):
+        load_prepared(tmp_path / "nothing")
