@@ -54,6 +54,7 @@ M = Mutation
 EFFECTS = "tests/test_effects.py"
 NATIVE = "tests/test_scan_native.py"
 IMAGE_AUDIO = "tests/test_data_image_audio.py"
+OPTIONS = "tests/test_option_coverage.py"
 MUTATIONS = (
     # --- core: the paper's math ----------------------------------------------------------
     M("zoh-gamma-sign", "core/_discretize.py", "(Lambda_bar - 1) / Lambda",
@@ -488,6 +489,43 @@ MUTATIONS = (
     M("prepared-format-version-unchecked", "data/_prepared.py",
       'if meta.get("format_version") != _FORMAT_VERSION:', "if False:",
       ("tests/test_dataset_loading.py",), "a prepared dataset of another format version is read"),
+    M("cli-io-error-is-usage", "cli/__init__.py",
+      "if isinstance(e, (ConfigError, DatasetError, FileNotFoundError, ValueError)):",
+      "if isinstance(e, (ConfigError, DatasetError, OSError, ValueError)):",
+      ("tests/test_run_dirs.py", "tests/test_cli.py"),
+      "a refused write exits 2 (usage) instead of 74 (I/O)"),
+    M("cli-busy-is-usage", "cli/__init__.py", "return EXIT_BUSY, str(e)",
+      "return EXIT_USAGE, str(e)", ("tests/test_run_dirs.py",),
+      "a run directory in use exits 2 instead of 75"),
+    M("sweep-busy-exit-lost", "cli/_sweep.py", 'return EXIT_BUSY if "busy" in statuses else 1',
+      "return 1", ("tests/test_sweep.py",), "a sweep with a busy trial exits 1, not 75"),
+    M("full-glu-gates-g", "nn/_layers.py", "out = h * gate", "out = g * gate",
+      ("tests/test_models.py", "tests/test_stream.py", "tests/test_precision.py"),
+      "full_glu gates gelu(y) instead of W1 gelu(y)"),
+    M("gelu-approximate-ignored", "nn/_layers.py", "approximate=self.gelu_approximate",
+      "approximate=True", ("tests/test_models.py", "tests/test_option_coverage.py"),
+      "model.gelu_approximate = false still uses the tanh form"),
+    M("layer-step-ignores-dt", "nn/_layers.py",
+      "ssm_state, y = self.ssm.step(ssm_state, x[0], step_rescale=step_rescale, dt=dt)",
+      "ssm_state, y = self.ssm.step(ssm_state, x[0], step_rescale=step_rescale, dt=None)",
+      ("tests/test_stream.py",), "the online step drops the observation interval"),
+    M("optim-ssm-decay-at-lr", "train/_optim.py", '"ssm_decay": optim_cfg.ssm_lr',
+      '"ssm_decay": optim_cfg.lr', ("tests/test_optim.py",),
+      "B-tilde under BandCdecay learns at the global rate instead of ssm_lr"),
+    M("optim-ssm-group-decays", "train/_optim.py",
+      "return optax.adam(learning_rate=schedule, **adam_args)",
+      "return optax.adamw(learning_rate=schedule, weight_decay=optim_cfg.weight_decay, "
+      "**adam_args)", ("tests/test_optim.py",), "the SSM group gets weight decay"),
+    M("optim-adam-b2-is-b1", "train/_optim.py", "b2=optim_cfg.adam_b2", "b2=optim_cfg.adam_b1",
+      ("tests/test_optim.py", f"{OPTIONS}::test_adam_betas_change_the_second_update"),
+      "optim.adam_b2 is ignored (b1 used for both moments)"),
+    M("predict-argmin", "train/_predict.py", 'np.argmax(out, axis=-1).astype(np.int32)}',
+      'np.argmin(out, axis=-1).astype(np.int32)}', ("tests/test_predict.py",),
+      "predict writes the least likely class"),
+    M("predict-default-lengths-short", "train/_predict.py",
+      "arrays[\"lengths\"] = np.full(len(x), x.shape[1], np.int32)",
+      "arrays[\"lengths\"] = np.full(len(x), x.shape[1] - 1, np.int32)",
+      ("tests/test_predict.py",), "predict without lengths drops each sequence's last step"),
 )  # fmt: skip
 
 

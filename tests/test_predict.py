@@ -89,6 +89,14 @@ def test_classification_predictions_and_metric_equal_eval(tmp_path, capsys):
     assert line["split"] == "test" and line["n"] == 20 and line["out"] == str(out)
     assert line["loss"] == pytest.approx(ev["loss"], abs=1e-6)
     assert line["accuracy"] == pytest.approx(ev["accuracy"], abs=1e-6)
+    # New inputs without lengths: every step is valid, so the masked mean pools all L steps.
+    x = arrays["x_test"][:5]
+    np.savez(tmp_path / "new.npz", x=x)
+    predict_run(run_dir, out, data=tmp_path / "new.npz", progress=False)
+    want = alone(run_dir, x, np.full(5, x.shape[1], np.int32))
+    np.testing.assert_allclose(np.load(out)["log_probs"], want, rtol=1e-5, atol=1e-6)
+    short = alone(run_dir, x, np.full(5, x.shape[1] - 1, np.int32))
+    assert not np.allclose(want, short, atol=1e-4)  # the last step matters to the mean
 
 
 def test_x_only_file_without_targets_and_irregular_times(tmp_path, capsys):
