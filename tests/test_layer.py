@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from s5jax.nn import S5SSM, parameter_roles
+from s5jax.nn import S5SSM, param_field, parameter_roles
 
 
 def test_parameters_are_real_with_the_spec_shapes(getkey):
@@ -50,6 +50,14 @@ def test_roles_tag_every_parameter(getkey):
     assert jax.tree_util.tree_structure(roles) == jax.tree_util.tree_structure(
         eqx.filter(wrapped, eqx.is_inexact_array)
     )
+
+    class Tagged(eqx.Module):  # tags around modules: the innermost tag on a path wins
+        ssm: S5SSM = param_field("C")
+        dense: eqx.nn.Linear = param_field("D")
+
+    roles = parameter_roles(Tagged(layer, eqx.nn.Linear(4, 4, key=getkey())))
+    assert roles.ssm.B_re == "B" and roles.ssm.Lambda_im == "Lambda" and roles.ssm.D == "D"
+    assert roles.dense.weight == roles.dense.bias == "D"  # untagged inside: the outer tag
 
 
 def test_vmap_over_a_batch_equals_a_loop(getkey):
