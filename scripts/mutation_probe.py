@@ -17,7 +17,8 @@ tree is never touched.
     .venv/bin/python scripts/mutation_probe.py --only zoh-gamma-sign,chunk-carry-off-by-one
     .venv/bin/python scripts/mutation_probe.py --limit 5 --repeat 8
 
-It prints a table and the score and writes `scripts/mutation_probe-results.json`.
+It prints a table and the score and writes `scripts/mutation_probe-results.json` (`--out`
+elsewhere; `--merge` keeps the file's records of the mutations not run now).
 """
 
 from __future__ import annotations
@@ -698,6 +699,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument("--out", type=Path, default=RESULTS, help="the JSON results file")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the file's records of the mutations not run now (default: the file holds "
+        "this run only)",
+    )
     args = parser.parse_args(argv)
 
     chosen = list(MUTATIONS)
@@ -722,22 +729,38 @@ def main(argv: list[str] | None = None) -> int:
             record = run_one(mutation, workers=args.workers, timeout=args.timeout)
             records.append(record)
             print(f"{record['name']}: {record['result']} ({record['seconds']} s)", flush=True)
-            _write(args.out, command, records)  # an interrupted probe keeps what it ran
-    caught, ran = _write(args.out, command, records)
+            _write(args.out, command, records, merge=args.merge)  # an interrupted probe keeps it
+    in_file = _write(args.out, command, records, merge=args.merge)
     print(_table(records))
-    print(f"score: {caught}/{ran} caught ({100 * caught / max(ran, 1):.0f} %)", end="")
+    ran = [r for r in records if r["result"] in ("caught", "survived")]
+    caught = sum(r["result"] == "caught" for r in ran)
+    print(f"score: {caught}/{len(ran)} caught ({100 * caught / max(len(ran), 1):.0f} %)", end="")
     others = [r for r in records if r["result"] not in ("caught", "survived")]
-    print(f"; {len(others)} stale or errored" if others else "")
+    print(f"; {len(others)} stale or errored" if others else "", end="")
+    print(f"; {args.out} now: {in_file[0]}/{in_file[1]} caught" if args.merge else "")
     return 0
 
 
-def _write(path: Path, command: str, records: list[dict]) -> tuple[int, int]:
-    """Write the results so far to `path`; return (caught, caught + survived)."""
+def _write(path: Path, command: str, records: list[dict], merge: bool = False) -> tuple[int, int]:
+    """Write the results so far to `path`; return (caught, caught + survived).
+
+    With `merge`, the records already in `path` stay, in their order, except those of the
+    mutations in `records`, which replace them (new ones go last; one record per mutation, the
+    last run's), and so do the file's other keys; the summary and the command (`--only` with
+    every name) then describe the merged file."""
+    extra: dict = {}
+    if merge and path.is_file():
+        old = json.loads(path.read_text())
+        fresh = {r["name"]: r for r in records}
+        records = [fresh.pop(r["name"], r) for r in old["records"]] + list(fresh.values())
+        command = "scripts/mutation_probe.py --only " + ",".join(r["name"] for r in records)
+        # notes kept beside the records (e.g. which mutations survived before a new test)
+        extra = {k: v for k, v in old.items() if k not in ("command", "caught", "ran", "score")}
     ran = [r for r in records if r["result"] in ("caught", "survived")]
     caught = sum(r["result"] == "caught" for r in ran)
     score = caught / len(ran) if ran else 0.0
     summary = {"command": command, "caught": caught, "ran": len(ran), "score": score}
-    path.write_text(json.dumps({**summary, "records": records}, indent=2) + "\n")
+    path.write_text(json.dumps({**summary, **extra, "records": records}, indent=2) + "\n")
     return caught, len(ran)
 
 

@@ -1,8 +1,10 @@
 """`scripts/mutation_probe.py` stays runnable: every planted bug still names a fragment that is
 in its file exactly once and tests that exist. A fragment the code has moved away from makes
-its mutation "stale", and the probe then silently checks less (four were, 2026-12-06)."""
+its mutation "stale", and the probe then silently checks less (four were, 2026-12-06). `--merge`
+updates the results file in place."""
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -35,3 +37,26 @@ def test_every_mutation_applies_to_the_current_code_and_names_existing_tests():
             assert (ROOT / path).is_file(), f"{m.name}: {path} does not exist"
             if node:
                 assert f"def {node}(" in (ROOT / path).read_text(), f"{m.name}: no test {node}"
+
+
+def test_merge_keeps_the_other_records_and_replaces_those_run_again(tmp_path):
+    probe = _probe()
+    path = tmp_path / "results.json"
+
+    def rec(name, result):
+        return {"name": name, "result": result, "detail": "", "seconds": 1.0}
+
+    assert probe._write(path, "cmd a,b,c", [rec("a", "caught"), rec("b", "survived"),
+                                            rec("c", "stale")]) == (1, 2)  # fmt: skip
+    merged = probe._write(path, "cmd b,d", [rec("b", "caught"), rec("d", "caught")], merge=True)
+    assert merged == (3, 3)
+    saved = json.loads(path.read_text())
+    assert [(r["name"], r["result"]) for r in saved["records"]] == [
+        ("a", "caught"), ("b", "caught"), ("c", "stale"), ("d", "caught")]  # fmt: skip
+    assert saved["command"] == "scripts/mutation_probe.py --only a,b,c,d"
+    assert (saved["caught"], saved["ran"], saved["score"]) == (3, 3, 1.0)
+    path.write_text(json.dumps({**saved, "notes": ["b survived once"]}))
+    probe._write(path, "cmd a", [rec("a", "caught")], merge=True)
+    assert json.loads(path.read_text())["notes"] == ["b survived once"]  # other keys stay
+    probe._write(path, "cmd e", [rec("e", "survived")])  # without merge: this run only
+    assert [r["name"] for r in json.loads(path.read_text())["records"]] == ["e"]
