@@ -298,6 +298,9 @@ def test_overrides_parse_with_the_field_type():
     assert cfg.train.early_stop_patience == 5 and cfg.name == "quick"
     assert parse_override("data.eval_batch_size=null") == ("data.eval_batch_size", None)
     assert parse_override("model.conj_sym=True") == ("model.conj_sym", True)
+    # the first '=' separates key and value: a value may hold '=' itself
+    assert parse_override("name=lr=3e-3") == ("name", "lr=3e-3")
+    assert parse_override("data.root=/runs/a=1") == ("data.root", "/runs/a=1")
 
 
 def test_overrides_are_validated_together():
@@ -348,6 +351,8 @@ def test_wrong_override_type_names_key_type_and_value(override, pattern):
         (dict(dt_min=0.0), r"model\.dt_min = 0\.0: must be > 0"),
         (dict(d_model=0), r"model\.d_model = 0: must be > 0"),
         (dict(dropout=1.0), r"model\.dropout = 1\.0: must be in \[0, 1\)"),
+        (dict(bn_momentum=1.0), r"model\.bn_momentum = 1\.0: must be in \[0, 1\)"),
+        (dict(bn_momentum=-0.1), r"model\.bn_momentum = -0\.1: must be in \[0, 1\)"),
         (dict(norm="group"), r"model\.norm = 'group': expected one of 'batch', 'layer'"),
         (dict(n_layers=2.0), r"model\.n_layers = 2\.0: expected int"),
         (dict(n_layers=True), r"model\.n_layers = True: expected int"),  # bool is an int subclass
@@ -364,6 +369,11 @@ def test_model_validation(kwargs, pattern):
 def test_odd_blocks_are_fine_without_conj_sym():
     assert ModelConfig(ssm_size=12, blocks=4, conj_sym=False).state_size == 12
     assert ModelConfig(ssm_size=16, blocks=8).state_size == 8
+
+
+def test_equal_timescale_bounds_are_valid():
+    # dt_min = dt_max: every mode starts with the same step (a fixed-rate initialisation)
+    assert ModelConfig(dt_min=0.01, dt_max=0.01).dt_min == 0.01
 
 
 @pytest.mark.parametrize(

@@ -108,6 +108,38 @@ def test_generator_lengths_labels_and_determinism():
     assert {t[0] for t in tokens} == {"[MIN", "[MAX", "[MED", "[SM"}
 
 
+def _shape(tokens):
+    """(argument counts of every operator, deepest operator nesting) of a token list."""
+    counts, stack, deepest = [], [], 0
+    for tok in tokens:
+        if tok.startswith("["):
+            stack.append(0)
+            deepest = max(deepest, len(stack))
+        elif tok == "X":
+            counts.append(stack.pop())
+            if stack:
+                stack[-1] += 1
+        else:
+            stack[-1] += 1
+    return counts, deepest
+
+
+def test_generator_respects_max_args_and_max_depth():
+    """LRA's tree: an operator takes 2..max_args arguments, and every node at max_depth is a
+    leaf, so operators nest at most max_depth - 1 deep; both bounds are reached."""
+    ex = generate_listops_examples(300, seed=5, max_depth=4, max_args=3, min_length=5,
+                                   max_length=60)  # fmt: skip
+    shapes = [_shape(listops_tokenize(s)) for s, _ in ex]
+    counts = [c for cs, _ in shapes for c in cs]
+    assert min(counts) == 2 and max(counts) == 3
+    assert max(d for _, d in shapes) == 3
+    lengths = [len(listops_tokenize(s)) for s, _ in ex]
+    assert 5 < min(lengths) and max(lengths) < 60
+    ops = {t for s, _ in ex for t in listops_tokenize(s) if t.startswith("[")}
+    assert ops == {"[MIN", "[MAX", "[MED", "[SM"}
+
+
+
 def test_generate_then_prepare_round_trip(tmp_path):
     folder = generate_listops(
         tmp_path / "gen",
@@ -161,6 +193,17 @@ def test_listops_reader_exact_ids(tmp_path):
     assert [tr.y.dtype, tr.lengths.dtype] == [np.int32, np.int32]
 
 
+def test_listops_quoted_sources_read_as_pandas_does(tmp_path):
+    rows = {split: list(r) for split, r in LISTOPS_ROWS.items()}
+    rows["train"] = [('"( ( ( [MAX 4 ) 5 ) ] )"', 5), *rows["train"][1:]]
+    write_listops(tmp_path / "q", rows)
+    write_listops(tmp_path / "plain", LISTOPS_ROWS)
+    quoted = prepare_listops(tmp_path / "q", tmp_path / "out-q", progress=False)
+    plain = prepare_listops(tmp_path / "plain", tmp_path / "out-p", progress=False)
+    assert quoted.meta["vocab"] == plain.meta["vocab"]
+    np.testing.assert_array_equal(quoted.splits["train"].x, plain.splits["train"].x)
+
+
 def test_listops_truncation_before_vocab(tmp_path):
     write_listops(tmp_path, LISTOPS_ROWS)
     ds = prepare_listops(tmp_path / "listops-1000", tmp_path / "out", l_max=4, progress=False)
@@ -199,6 +242,7 @@ def test_listops_missing_folder_says_what_to_download(tmp_path, monkeypatch):
     [
         (b"Source\tTarget\r\n[MAX 1 ]\t1\r\n[MAX 2\r\n", r"basic_train\.tsv, line 3: expected 2"),
         (b"Source\tTarget\r\n[MAX 1 ]\t1\r\n[MAX 2 ]\tseven\r\n", r"line 3: label 'seven'"),
+        (b"Source\tTarget\r\n[MAX 1 ]\t10\r\n", r"line 2: label '10' is not an integer 0-9"),
         (b"Source\tTarget\r\n", r"basic_train\.tsv: the train split has no examples"),
         (b"[MAX 1 ]\t1\r\n", r"basic_train\.tsv, line 1: expected the header"),
         (b"Source\tTarget\r\n[MAX 1 ]\t1\r\n[MAX \xff ]\t2\r\n", r"line 3: not valid UTF-8"),
