@@ -59,6 +59,9 @@ OPTIONS = "tests/test_option_coverage.py"
 DEFAULTS = "tests/test_defaults.py"
 UEA = "tests/test_data_uea.py"
 LRA_TEXT = "tests/test_data_lra_text.py"
+PRECISION = "tests/test_precision.py"
+SWEEP = "tests/test_sweep.py"
+RUN_DIRS = "tests/test_run_dirs.py"
 MUTATIONS = (
     # --- core: the paper's math ----------------------------------------------------------
     M("zoh-gamma-sign", "core/_discretize.py", "(Lambda_bar - 1) / Lambda",
@@ -747,6 +750,40 @@ MUTATIONS = (
     M("pathfinder-far-end-unmarked", "data/_pathfinder_gen.py",
       "stamp = geom.ext[i][int(k == p.contour_length - 1)]", "stamp = geom.ext[i][0]",
       ("tests/test_data_pathfinder_gen.py",), "a target path's far end carries no marker"),
+    # --- Dense under bf16, retrieval pairs, sweeps, run info ---------------------------------
+    M("dense-bf16-bias-dropped", "nn/_dense.py",
+      "y = y + jnp.broadcast_to(self.bias, y.shape)", "y = y", (PRECISION,),
+      "under bf16 the bias is never added (it starts at zero, so only a trained model shows it)"),
+    M("dense-bf16-head-rounded", "nn/_dense.py",
+      "return y if fp32_output else y.astype(jnp.bfloat16)", "return y.astype(jnp.bfloat16)",
+      (PRECISION,), "a head's final layer rounds its float32 accumulator to bfloat16"),
+    M("dense-init-glorot", "nn/_dense.py",
+      "return jax.nn.initializers.lecun_normal()(key, (fan_in, fan_out), dtype)",
+      "return jax.nn.initializers.glorot_normal()(key, (fan_in, fan_out), dtype)",
+      ("tests/test_init.py", "tests/test_models.py"),
+      "kernels start with variance 2 / (fan_in + fan_out), not flax's 1 / fan_in"),
+    M("retrieval-second-length-is-first", "nn/_model.py",
+      'o1 = pool(h[1], "masked_mean", lengths[1])', 'o1 = pool(h[1], "masked_mean", lengths[0])',
+      ("tests/test_models.py",),
+      "the second document is pooled over the first one's length"),
+    M("retrieval-state-crosses-documents", "nn/_model.py",
+      "h, state, key=key, inference=inference, step_rescale=step_rescale, segments=2",
+      "h, state, key=key, inference=inference, step_rescale=step_rescale, segments=1",
+      ("tests/test_models.py",),
+      "the second document's scan starts from the first one's final state"),
+    M("sweep-accuracy-lowest-wins", "train/_sweep.py", 'higher = select == "val_accuracy"',
+      "higher = False", (SWEEP,), "the trial with the lowest val accuracy is selected"),
+    M("sweep-failed-trial-ranked", "train/_sweep.py", '        if row["status"] == "done"\n',
+      '        if row["status"] in ("done", "failed")\n', (SWEEP,),
+      "a failed trial's partial best val can be selected"),
+    M("sweep-nan-ranked", "train/_sweep.py", 'and math.isfinite(row["best_val"])', "and True",
+      (SWEEP,), "a diverged trial (val NaN) takes part in the selection"),
+    M("sweep-val-loss-highest", "train/_sweep.py", "return min(pairs) if pairs else (None, None)",
+      "return max(pairs) if pairs else (None, None)", (SWEEP,),
+      "select = val_loss reads each trial's highest val loss"),
+    M("run-info-short-commit", "train/_run_info.py", '["git", "rev-parse", "HEAD"]',
+      '["git", "rev-parse", "--short", "HEAD"]', ("tests/test_engine.py", RUN_DIRS),
+      "run_info.json records an abbreviated commit"),
 )  # fmt: skip
 
 

@@ -5,6 +5,7 @@ import dataclasses
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,7 @@ from s5jax.train import _engine, read_metrics
 from s5jax.train._checkpoint import Checkpoints
 from s5jax.train._datasets import synthetic_dataset
 from s5jax.train._engine import TrainingDiverged, train_and_evaluate
-from s5jax.train._run_info import native_scan_status, pallas_scan_status
+from s5jax.train._run_info import git_commit, native_scan_status, pallas_scan_status
 
 
 def _cfg(*overrides):
@@ -59,6 +60,25 @@ def test_a_run_writes_its_outputs_and_learns(tmp_path):
     best = max(epochs, key=lambda r: r["val_accuracy"])
     assert summary["test_at_best_val"] == best["test_accuracy"]
     assert any((run / "tensorboard").iterdir())
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
+def test_git_commit_is_the_full_commit_of_the_checkout(tmp_path):
+    """run_info.json's `git_commit`: the whole 40-digit commit, as git's own files hold it
+    (the branch ref under .git/), from any folder inside the checkout; None outside one."""
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    (repo / "sub" / "f.txt").write_text("x\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}  # fmt: skip
+    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "one"]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+    ref = (repo / ".git" / "refs" / "heads" / "main").read_text().strip()
+    assert len(ref) == 40
+    assert git_commit(repo / "sub") == ref
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    assert git_commit(outside) is None
 
 
 def test_native_scan_status_does_not_build_for_methods_that_cannot_use_it(monkeypatch):

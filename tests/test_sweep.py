@@ -271,6 +271,44 @@ def test_sweep_selects_by_val_and_reports_only_its_test(tmp_path, capsys):
     assert "another space" in capsys.readouterr().err
 
 
+def test_selection_skips_unfinished_and_diverged_trials(tmp_path):
+    """Only finished trials with a finite best val take part: a failed trial's partial
+    figure, a diverged (NaN) one and a trial not run are listed but never selected; by
+    val loss, each trial's lowest finite epoch figure (written by the trainer's logger)."""
+    from s5jax.train._logging import MetricsLogger
+    from s5jax.train._sweep import _best_val_loss, sweep_summary
+
+    space = SweepSpace(base="synthetic", grid={"optim.ssm_lr": [1e-4, 1e-3, 1e-2, 1e-1]})
+    trials = [{"dir": f"trial-00{i}", "values": v} for i, v in enumerate(space.trials())]
+    epochs = {  # val loss per epoch of each trial
+        "trial-000": [float("nan"), float("nan")],
+        "trial-001": [0.9, 0.4, float("nan"), 0.6],
+        "trial-002": [0.2, 0.05],
+    }
+    for name, losses in epochs.items():
+        with MetricsLogger(tmp_path / name, tensorboard=False) as log:
+            for epoch, loss in enumerate(losses, 1):
+                log.log_epoch(10 * epoch, epoch, val_loss=loss, val_accuracy=0.5)
+    assert _best_val_loss(tmp_path / "trial-001") == (0.4, 2)
+    assert _best_val_loss(tmp_path / "trial-000") == (None, None)
+    assert _best_val_loss(tmp_path / "trial-003") == (None, None)  # no metrics.jsonl
+
+    def record(status, best_val, test):
+        return {"status": status, "results": {"best_val": best_val, "best_epoch": 2,
+                                              "test_at_best_val": test}}  # fmt: skip
+
+    records = [record("done", float("nan"), 9.0), record("done", 0.5, 1.5),
+               record("failed", 0.1, 0.2), {"status": "not run"}]  # fmt: skip
+    for r, t in zip(records, trials, strict=True):
+        r["val_loss"] = _best_val_loss(tmp_path / t["dir"])
+    by_mse = sweep_summary(space, trials, records, "mse")
+    assert by_mse["selected"] == "trial-001" and by_mse["test_mse_of_selected"] == 1.5
+    assert by_mse["not_finished"] == ["trial-002", "trial-003"]
+    by_loss = sweep_summary(space, trials, records, "mse", "val_loss")
+    assert [r["best_val"] for r in by_loss["trials"]] == [None, 0.4, 0.05, None]
+    assert by_loss["selected"] == "trial-001"  # trial-002's 0.05 is a failed run's
+
+
 def test_trials_spread_over_a_fake_device_list():
     lock = threading.Lock()
     busy: dict[str, int] = {}
