@@ -204,6 +204,9 @@ def test_ctrl_c_exits_130_with_the_resume_command(tmp_path, capsys, monkeypatch)
     line = _error_line(capsys)
     expected = " ".join(["s5jax", "train", "synthetic", "--workdir", str(run), *TINY, "--resume"])
     assert line.endswith(f"interrupted; resume with: {expected}")
+    # a run started with --overwrite resumes without it (it would start the run over)
+    assert _train(run, "--overwrite") == 130
+    assert _error_line(capsys).endswith(f"interrupted; resume with: {expected}")
 
 
 @pytest.mark.parametrize("case", ["file", "file/sub", "read-only parent"])
