@@ -338,7 +338,7 @@ def read_ts(path: str | os.PathLike) -> TsFile:
             if len(t) > 1 and not (np.diff(t) > 0).all():
                 j = int(np.flatnonzero(np.diff(t) <= 0)[0])
                 raise _error(path, lineno, f"times are not strictly increasing (value {j + 2} "
-                             "is not after value {j + 1}); sort each series by time")  # fmt: skip
+                             f"is not after value {j + 1}); sort each series by time")  # fmt: skip
         else:
             chans = [_values(path, lineno, d, c) for d, c in enumerate(chunks)]
             t = None
