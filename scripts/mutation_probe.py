@@ -815,6 +815,20 @@ MUTATIONS = (
       "hits = jnp.argmax(log_probs, axis=-1) == labels.astype(jnp.int32)",
       "hits = jnp.argmin(log_probs, axis=-1) == labels.astype(jnp.int32)",
       ("tests/test_models.py", "tests/test_effects.py"), "accuracy counts the least likely class"),
+    # --- UEA/UCR .ts: times and missing values ---------------------------------------------
+    M("uea-interpolate-ignores-times", "data/_uea.py",
+      "x_axis = np.arange(v.shape[1], dtype=np.float64) if t is None else t",
+      "x_axis = np.arange(v.shape[1], dtype=np.float64)", (UEA,),
+      "interpolation of timed series by index, not by time"),
+    M("uea-times-not-from-zero", "data/_uea.py", "t[i, :m] = (ti[:m] - ti[0]) / time_unit",
+      "t[i, :m] = ti[:m] / time_unit", (UEA,),
+      "numeric times are not shifted to start at zero"),
+    M("uea-all-missing-interpolated", "data/_uea.py", 'if how == "zero" or not seen.any():',
+      'if how == "zero":', (UEA,), "a channel with no observed value is not zero-filled"),
+    M("uea-repeated-times-accepted", "data/_uea.py",
+      "if len(t) > 1 and not (np.diff(t) > 0).all():",
+      "if len(t) > 1 and not (np.diff(t) >= 0).all():", (UEA,),
+      "two values at the same time are accepted"),
 )  # fmt: skip
 
 

@@ -178,6 +178,29 @@ def test_timestamps_dates_become_steps_of_one_and_shared_times_are_required(tmp_
         read_ts(bad)
 
 
+@pytest.mark.parametrize("how", ["interpolate", "ffill", "zero"])
+def test_timed_gaps_fill_by_time_and_times_start_at_zero(tmp_path, how):
+    """Numeric times [10, 11, 14, 15]: interpolation is linear in time (1 + 3 * 1/4 at 11,
+    not the index's 1 + 3 * 1/2), the stored times start at 0 (in units of the training
+    file's median step, 1 here), and a channel with no observed value is all zeros."""
+    header = ("@problemName T\n@timeStamps true\n@missing true\n@univariate false\n"
+              "@dimensions 2\n@classLabel true a b\n")  # fmt: skip
+    nan = np.nan
+    gappy, empty = np.array([1.0, nan, 4.0, 5.0]), np.full(4, nan)
+    train = ([[gappy, empty]] + [[np.ones(4), np.ones(4)]] * 3, ["a", "b", "a", "b"])
+    times = [[10, 11, 14, 15]] * 4
+    path = write_pair(tmp_path, "T", train, ([[np.ones(4), np.ones(4)]], ["a"]), header,
+                      times=(times, times[:1]))  # fmt: skip
+    ds = load_ts(path, missing=how, val_fraction=0.0)
+    x, t = ds.splits["train"].x[0], ds.splits["train"].t[0]
+    want = {"interpolate": 1.75, "ffill": 1.0, "zero": 0.0}[how]
+    np.testing.assert_allclose(x[:, 0], [1.0, want, 4.0, 5.0])
+    np.testing.assert_array_equal(x[:, 1], 0.0)
+    assert ds.meta["time_unit"] == 1.0
+    np.testing.assert_array_equal(t, [0, 1, 4, 5])
+    np.testing.assert_array_equal(ds.splits["test"].t, [[0, 1, 4, 5]])
+
+
 def test_regression_targets(tmp_path):
     header = "@problemName R\n@univariate true\n@equalLength true\n@targetLabel true\n"
     rng = np.random.default_rng(2)
@@ -251,6 +274,9 @@ def ok_file(body: str, header: str = "@problemName X\n@univariate true\n@classLa
         (ok_file("@data\n1,2:?\n", "@targetLabel true\n"), 3, "regression target is missing"),
         (ok_file("@data\n(0,1),(1,2):a\n(1,1),(0,2):b\n",
                  "@timeStamps true\n@classLabel true a b\n"), 5,
+         "times are not strictly increasing (value 2 is not after value 1)"),
+        (ok_file("@data\n(0,1),(0,2):a\n(0,1),(1,2):b\n",
+                 "@timeStamps true\n@classLabel true a b\n"), 4,
          "times are not strictly increasing (value 2 is not after value 1)"),
         (ok_file("@data\n(0,1),(x,2):a\n", "@timeStamps true\n@classLabel true a b\n"), 4,
          "time 'x' is neither a number nor a date"),
