@@ -62,6 +62,7 @@ LRA_TEXT = "tests/test_data_lra_text.py"
 PRECISION = "tests/test_precision.py"
 SWEEP = "tests/test_sweep.py"
 RUN_DIRS = "tests/test_run_dirs.py"
+NPZ = "tests/test_data_npz_batches.py"
 MUTATIONS = (
     # --- core: the paper's math ----------------------------------------------------------
     M("zoh-gamma-sign", "core/_discretize.py", "(Lambda_bar - 1) / Lambda",
@@ -829,6 +830,21 @@ MUTATIONS = (
       "if len(t) > 1 and not (np.diff(t) > 0).all():",
       "if len(t) > 1 and not (np.diff(t) >= 0).all():", (UEA,),
       "two values at the same time are accepted"),
+    # --- the .npz reader's checks ------------------------------------------------------------
+    M("npz-times-checked-in-padding", "data/_npz.py",
+      "bad &= np.arange(1, L)[None, :] < lengths[:, None]",
+      "bad &= np.arange(1, L)[None, :] <= lengths[:, None]", (NPZ,),
+      "the first padding step's time must follow the last valid one's"),
+    M("npz-zero-length-accepted", "data/_npz.py", "if lengths.min() < 1 or lengths.max() > L:",
+      "if lengths.min() < 0 or lengths.max() > L:", (NPZ,), "a sequence of no valid step is read"),
+    M("npz-bool-lengths-accepted", "data/_npz.py",
+      'if not _is_int(lengths) or lengths.dtype.kind == "b":', "if not _is_int(lengths):",
+      (NPZ,), "a boolean mask passed as lengths reads as lengths 0 and 1"),
+    M("npz-duplicate-times-accepted", "data/_npz.py", "bad = dt <= 0", "bad = dt < 0", (NPZ,),
+      "two observations at the same time are accepted (a zero step)"),
+    M("npz-n-classes-true", "data/_npz.py",
+      "if not _is_int(arr) or isinstance(value, bool) or value < 1:",
+      "if not _is_int(arr) or value < 1:", (NPZ,), "n_classes = True reads as one class"),
 )  # fmt: skip
 
 

@@ -324,6 +324,8 @@ def test_lengths_not_integer(tmp_path):
     arrays = _classification()
     arrays["lengths_train"] = np.full(12, 3.0)
     _fails(tmp_path, arrays, r"'lengths_train' has dtype float64; lengths must be integers")
+    arrays["lengths_train"] = np.ones(12, bool)  # a mask is not lengths (True would read as 1)
+    _fails(tmp_path, arrays, r"'lengths_train' has dtype bool; lengths must be integers")
 
 
 def test_times_not_increasing(tmp_path):
@@ -371,6 +373,8 @@ def test_bad_scalar_keys(tmp_path):
     _fails(tmp_path, arrays, r"'n_classes' must be a single value")
     arrays["n_classes"] = np.array(2.5)
     _fails(tmp_path, arrays, r"'n_classes' must be a positive integer")
+    arrays["n_classes"] = np.array(True)
+    _fails(tmp_path, arrays, r"'n_classes' must be a positive integer, got True")
     del arrays["n_classes"]
     arrays["task"] = np.array("segmentation")
     _fails(tmp_path, arrays, r"'task' must be 'classification' or 'regression'")
