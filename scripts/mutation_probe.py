@@ -63,6 +63,7 @@ PRECISION = "tests/test_precision.py"
 SWEEP = "tests/test_sweep.py"
 RUN_DIRS = "tests/test_run_dirs.py"
 NPZ = "tests/test_data_npz_batches.py"
+LOGGING = "tests/test_train_logging.py"
 MUTATIONS = (
     # --- core: the paper's math ----------------------------------------------------------
     M("zoh-gamma-sign", "core/_discretize.py", "(Lambda_bar - 1) / Lambda",
@@ -845,6 +846,25 @@ MUTATIONS = (
     M("npz-n-classes-true", "data/_npz.py",
       "if not _is_int(arr) or isinstance(value, bool) or value < 1:",
       "if not _is_int(arr) or value < 1:", (NPZ,), "n_classes = True reads as one class"),
+    # --- plots and TensorBoard ----------------------------------------------------------------
+    M("plot-log-scale-for-accuracy", "train/_plots.py",
+      'return "accuracy" not in metric and finite.size > 0 and bool(np.all(finite > 0))',
+      "return finite.size > 0 and bool(np.all(finite > 0))", (LOGGING, "tests/test_cli_plot.py"),
+      "accuracy panels get a log axis"),
+    M("plot-log-scale-with-zero", "train/_plots.py",
+      'return "accuracy" not in metric and finite.size > 0 and bool(np.all(finite > 0))',
+      'return "accuracy" not in metric and finite.size > 0 and bool(np.all(finite >= 0))',
+      (LOGGING, "tests/test_cli_plot.py"), "a loss of exactly 0 is drawn on a log axis"),
+    M("plot-bool-is-a-number", "train/_plots.py",
+      "if isinstance(value, bool) or not isinstance(value, (int, float)):",
+      "if not isinstance(value, (int, float)):", (LOGGING, "tests/test_cli_plot.py"),
+      "a boolean record field is drawn as 0/1 points"),
+    M("tensorboard-norm-real-part", "train/_tensorboard.py",
+      'squares = p[f"{m}_re"] ** 2 + p[f"{m}_im"] ** 2', 'squares = p[f"{m}_re"] ** 2',
+      (LOGGING,), "the B and C norms leave out the imaginary parts"),
+    M("tensorboard-hparams-lists-dropped", "train/_tensorboard.py",
+      "            out[name] = str(value)\n", "            continue\n", (LOGGING,),
+      "list-valued settings are missing from HParams"),
 )  # fmt: skip
 
 

@@ -28,7 +28,7 @@ from s5jax.train._plots import (
     plot_runs,
 )
 from s5jax.train._progress import Progress
-from s5jax.train._tensorboard import EventWriter, flat_hparams
+from s5jax.train._tensorboard import EventWriter, flat_hparams, ssm_statistics
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -158,6 +158,32 @@ def test_a_run_logs_scalars_histograms_config_and_hparams(tmp_path):
     [(step, value)] = _scalars(acc, "final/test_accuracy_at_best_val")
     assert step == 2 * steps_per_epoch
     assert value == pytest.approx(summary["test_at_best_val"])
+
+
+def test_ssm_statistics_against_the_complex_matrices():
+    """The histograms and norms TensorBoard shows, from numpy's own complex arithmetic:
+    ‖B̃‖ and ‖C̃‖ are Frobenius norms of B_re + i·B_im and C_re + i·C_im (both parts count),
+    Δ = exp(log_step), Λ as stored; one entry per layer in tree order."""
+    import jax
+
+    from s5jax.nn import S5SSM
+
+    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+    layers = [S5SSM(4, 8, key=k1), S5SSM(4, 12, J=2, bidirectional=True, key=k2)]
+    histograms, scalars = ssm_statistics({"stack": layers})
+    assert sorted(scalars) == [f"ssm/layer{i}/{m}_norm" for i in (0, 1) for m in ("B", "C")]
+    for i, layer in enumerate(layers):
+        for m in ("B", "C"):
+            full = np.asarray(getattr(layer, f"{m}_re"), np.float64) + 1j * np.asarray(
+                getattr(layer, f"{m}_im"), np.float64
+            )
+            assert np.abs(full.imag).max() > 0  # the imaginary parts are there to count
+            assert scalars[f"ssm/layer{i}/{m}_norm"] == pytest.approx(np.linalg.norm(full))
+        np.testing.assert_allclose(
+            histograms[f"ssm/layer{i}/Delta"], np.exp(np.asarray(layer.log_step, np.float64))
+        )
+        np.testing.assert_array_equal(histograms[f"ssm/layer{i}/Lambda_re"], layer.Lambda_re)
+        np.testing.assert_array_equal(histograms[f"ssm/layer{i}/Lambda_im"], layer.Lambda_im)
 
 
 def test_a_killed_and_resumed_run_shows_each_step_once(tmp_path, monkeypatch):
@@ -488,6 +514,10 @@ def test_plot_curves_png(tmp_path):
 
 
 def test_plot_curves_degenerate_inputs(tmp_path):
+    # a field that is not a number (a flag, text) is a gap, never a point at 0 or 1
+    flags = [{"kind": "epoch", "epoch": e, "loss": 0.5, "val_loss": e == 2} for e in (1, 2)]
+    [panel] = curves_figure(flags, metrics=("loss",)).axes
+    assert [line.get_label() for line in panel.get_lines()] == ["train"]
     records = [{"kind": "epoch", "epoch": 1, "loss": 0.5, "val_loss": math.nan}]
     path = plot_curves(records, tmp_path / "one.png", metrics=("loss", "missing"))
     with Image.open(path) as image:
