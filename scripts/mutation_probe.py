@@ -865,6 +865,20 @@ MUTATIONS = (
     M("tensorboard-hparams-lists-dropped", "train/_tensorboard.py",
       "            out[name] = str(value)\n", "            continue\n", (LOGGING,),
       "list-valued settings are missing from HParams"),
+    # --- run directories, checkpoints, normalisation -------------------------------------------
+    M("rundir-lock-is-content", "train/_rundir.py",
+      "return sorted(p.name for p in workdir.iterdir() if p.name != LOCK_NAME)",
+      "return sorted(p.name for p in workdir.iterdir())", (RUN_DIRS,),
+      "a folder holding only the lock file counts as an earlier run"),
+    M("rundir-resume-of-nothing", "train/_rundir.py",
+      'return "resume" if contents else "new"', 'return "resume"', (RUN_DIRS,),
+      "--resume-or-start in an empty folder tries to resume"),
+    M("checkpoint-extra-array-accepted", "train/_checkpoint.py", "    if extra:\n",
+      "    if False:\n", ("tests/test_checkpoint.py",),
+      "a checkpoint with arrays the model lacks restores without a word"),
+    M("normalize-constant-channel", "data/_normalize.py",
+      "out = (xd - mean) / np.where(std < EPS, 1.0, std)", "out = (xd - mean) / std",
+      (DEFAULTS, NPZ), "a constant channel is divided by zero"),
 )  # fmt: skip
 
 

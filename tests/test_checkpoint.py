@@ -130,6 +130,9 @@ def test_a_shape_or_dtype_mismatch_names_the_leaf_and_both_sides(getkey):
     missing = {k: v for k, v in saved.items() if k != name}
     with pytest.raises(CheckpointError, match=r"has no array \['model'\]\.Lambda_re"):
         from_saveable(state, missing)
+    extra = {**saved, "['model'].D_extra": np.zeros(4, np.float32)}
+    with pytest.raises(CheckpointError, match=r"holds \['model'\]\.D_extra, which this model"):
+        from_saveable(state, extra)
 
 
 def _damage(step_dir):

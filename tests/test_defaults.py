@@ -311,6 +311,17 @@ def test_example_normalisation_standardises_each_valid_part():
         assert np.all(out[i, n:] == 0.0)
 
 
+@pytest.mark.parametrize("mode", ["channel", "example"])
+def test_a_constant_channel_normalises_to_zeros(mode):
+    """A channel whose std is 0 (below EPS) is centred and divided by 1, not by 0."""
+    rng = np.random.default_rng(10)
+    x = np.stack([rng.standard_normal((4, 6)), np.full((4, 6), 3.5)], axis=-1).astype(np.float32)
+    out = normalize_dataset(_dataset(x, x), mode).splits["test"].x
+    assert np.isfinite(out).all()
+    np.testing.assert_array_equal(out[..., 1], 0.0)
+    assert abs(out[..., 0].std() - 1) < 0.5  # the varying channel is standardised
+
+
 def test_registered_experiments_are_not_normalised():
     config = load_experiment("synthetic")
     assert config.data.normalize == "none"

@@ -194,6 +194,46 @@ def test_divergence_in_epoch_1_exits_3_and_claims_no_checkpoint(tmp_path, capsys
     assert "kept in" not in line
 
 
+def test_check_workdir_follows_the_documented_table(tmp_path):
+    """`s5jax.train._rundir`'s table: each kind of folder under each mode. ("resume" in a
+    folder without a checkpoint is the table's "start again in it": the trainer restores
+    only where a checkpoint is.)"""
+    from s5jax.train._rundir import RunDirError, check_workdir
+
+    def folder(name, *files):
+        path = tmp_path / name
+        for f in files:
+            (path / f).parent.mkdir(parents=True, exist_ok=True)
+            (path / f).write_text("x")
+        return path
+
+    kinds = {
+        "absent": tmp_path / "absent",
+        "empty": folder("empty", ".lock"),  # the lock file alone is not an earlier run
+        "checkpoint": folder("ckpt", "config.json", "checkpoints/latest/12/state"),
+        "no checkpoint": folder("nockpt", "config.json", "metrics.jsonl"),
+        "not a run": folder("notes", "notes.txt"),
+    }
+    modes = [dict(resume=False, overwrite=False), dict(resume=False, overwrite=True),
+             dict(resume=True, overwrite=False), dict(resume="auto", overwrite=False)]  # fmt: skip
+    want = {  # new run, --overwrite, --resume, --resume-or-start (None: refused)
+        "absent": ["new", "new", None, "new"],
+        "empty": ["new", "new", None, "new"],
+        "checkpoint": [None, "overwrite", "resume", "resume"],
+        "no checkpoint": [None, "overwrite", None, "resume"],
+        "not a run": [None, None, None, "resume"],
+    }
+    for kind, path in kinds.items():
+        for flags, expected in zip(modes, want[kind], strict=True):
+            if expected is None:
+                with pytest.raises(RunDirError):
+                    check_workdir(path, **flags)
+            else:
+                assert check_workdir(path, **flags) == expected, (kind, flags)
+    with pytest.raises(RunDirError, match="give one"):
+        check_workdir(kinds["checkpoint"], resume=True, overwrite=True)
+
+
 def test_ctrl_c_exits_130_with_the_resume_command(tmp_path, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
