@@ -879,6 +879,20 @@ MUTATIONS = (
     M("normalize-constant-channel", "data/_normalize.py",
       "out = (xd - mean) / np.where(std < EPS, 1.0, std)", "out = (xd - mean) / std",
       (DEFAULTS, NPZ), "a constant channel is divided by zero"),
+    # --- Speech Commands and MNIST readers -----------------------------------------------------
+    M("speech-8khz-odd-samples", "data/_speech.py",
+      'splits[f"{split}_8khz"] = Split(x=x[:, ::2], y=labels)',
+      'splits[f"{split}_8khz"] = Split(x=x[:, 1::2], y=labels)', (IMAGE_AUDIO,),
+      "the 8 kHz splits keep the odd samples, not every second from the first"),
+    M("speech-8khz-of-train", "data/_speech.py", 'if split != "train":', "if True:",
+      (IMAGE_AUDIO,), "a train_8khz split is made too"),
+    M("speech-reads-any-file", "data/_speech.py", 'if not name.endswith(".wav"):', "if False:",
+      (IMAGE_AUDIO,), "a non-wav file in a word folder is read as a clip"),
+    M("mnist-label-ten-accepted", "data/_mnist.py", "if labels.max() >= N_CLASSES:",
+      "if labels.max() > N_CLASSES:", (IMAGE_AUDIO,), "an MNIST label of 10 is read"),
+    M("mnist-header-size-unchecked", "data/_mnist.py",
+      "if len(raw) - header != int(np.prod(shape)):", "if len(raw) - header < int(np.prod(shape)):",
+      (IMAGE_AUDIO,), "trailing bytes after an IDX file's data are ignored"),
 )  # fmt: skip
 
 

@@ -220,6 +220,16 @@ def test_mnist_bad_idx_names_the_file(tmp_path):
     (source / "t10k-labels-idx1-ubyte").write_bytes(b"\x00\x00\x08\x02garbage")
     with pytest.raises(DatasetError, match="t10k-labels-idx1-ubyte"):
         prepare_smnist(source, tmp_path / "out")
+    # a label of 10 (ten classes: 0-9)
+    (source / "t10k-labels-idx1-ubyte").write_bytes(idx_bytes(np.array([0, 1, 10, 2, 3]), 2049))
+    with pytest.raises(DatasetError, match=r"t10k-labels-idx1-ubyte: labels must lie in 0\.\.9"):
+        prepare_smnist(source, tmp_path / "out")
+    # bytes after the data the header announces (a concatenated or damaged file)
+    good = idx_bytes(np.array([0, 1, 9, 2, 3]), 2049)
+    (source / "t10k-labels-idx1-ubyte").write_bytes(good + b"\x00")
+    with pytest.raises(DatasetError, match=r"announces shape \(5,\) \(5 bytes\) but the file "
+                       r"holds 6 data bytes"):  # fmt: skip
+        prepare_smnist(source, tmp_path / "out")
     _no_leftovers(tmp_path / "out")
 
 
@@ -285,6 +295,9 @@ def test_class_order_is_the_reference_list():
 
 def test_speech_padding_scaling_normalisation_and_8khz(tmp_path):
     clips = write_speech(tmp_path / "SpeechCommands")
+    # what else a word folder may hold (a copy's notes, a desktop's metadata) is not a clip
+    (tmp_path / "SpeechCommands" / "bed" / "README.md").write_text("notes\n")
+    (tmp_path / "SpeechCommands" / "yes" / ".DS_Store").write_bytes(b"\x00\x01")
     ds = prepare_speech_commands(tmp_path, tmp_path / "out")
     assert ds.name == "speech35" and ds.n_classes == 35 and ds.vocab_size is None
     sizes = {k: len(v) for k, v in ds.splits.items()}
