@@ -893,6 +893,28 @@ MUTATIONS = (
     M("mnist-header-size-unchecked", "data/_mnist.py",
       "if len(raw) - header != int(np.prod(shape)):", "if len(raw) - header < int(np.prod(shape)):",
       (IMAGE_AUDIO,), "trailing bytes after an IDX file's data are ignored"),
+    # --- optimiser groups and batches ----------------------------------------------------------
+    M("optim-nobc-c-regular", "train/_optim.py",
+      '"noBCdecay": {"Lambda": "ssm", "log_step": "ssm", "B": "ssm", "C": "ssm", "D": "ssm"},',
+      '"noBCdecay": {"Lambda": "ssm", "log_step": "ssm", "B": "ssm", "C": "regular", "D": "ssm"},',
+      ("tests/test_optim.py",), "noBCdecay decays C at the global rate"),
+    M("optim-bfast-b-slow", "train/_optim.py", '        "B": "regular",\n',
+      '        "B": "ssm",\n', ("tests/test_optim.py",),
+      "BfastandCdecay trains B at the SSM rate without decay"),
+    M("optim-grad-clip-ignored", "train/_optim.py", "if optim_cfg.grad_clip is None:",
+      "if True:", ("tests/test_optim.py", OPTIONS), "optim.grad_clip is never applied"),
+    M("optim-unknown-role-ssm", "train/_optim.py",
+      'return PARTITIONS[partition].get(role, "regular")',
+      'return PARTITIONS[partition].get(role, "ssm")', ("tests/test_optim.py",),
+      "encoder, norm and head parameters train at the SSM rate without decay"),
+    M("batches-gather-sorted", "data/_batches.py", "out[order] = rows", "out[:] = rows", (NPZ,),
+      "a shuffled batch comes back in index order, not the epoch's order"),
+    M("batches-skip-to-end-refused", "data/_batches.py", "if skip > total:",
+      "if skip >= total:", (NPZ,), "resuming at the end of an epoch (skip = all batches) fails"),
+    M("batches-shard-pads-real", "data/_batches.py", "mask = np.arange(real + pad) < real",
+      "mask = np.arange(real + pad) <= real",
+      ("tests/test_multiprocess.py::test_the_rows_of_each_process_make_up_the_batches",),
+      "a process's share of a padded batch counts one padding row as real"),
 )  # fmt: skip
 
 
