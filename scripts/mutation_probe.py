@@ -64,6 +64,7 @@ SWEEP = "tests/test_sweep.py"
 RUN_DIRS = "tests/test_run_dirs.py"
 NPZ = "tests/test_data_npz_batches.py"
 LOGGING = "tests/test_train_logging.py"
+PENDULUM = "tests/test_data_pendulum.py"
 MUTATIONS = (
     # --- core: the paper's math ----------------------------------------------------------
     M("zoh-gamma-sign", "core/_discretize.py", "(Lambda_bar - 1) / Lambda",
@@ -915,6 +916,16 @@ MUTATIONS = (
       "mask = np.arange(real + pad) <= real",
       ("tests/test_multiprocess.py::test_the_rows_of_each_process_make_up_the_batches",),
       "a process's share of a padded batch counts one padding row as real"),
+    # --- the pendulum generator's angles, targets and file check --------------------------
+    M("pendulum-angle-not-centred", "data/_pendulum.py", "return theta - np.pi, omega",
+      "return theta, omega", (PENDULUM,), "angles in [0, 2pi) instead of [-pi, pi)"),
+    M("pendulum-targets-cos-sin", "data/_pendulum.py",
+      "targets = np.stack([np.sin(theta), np.cos(theta)], axis=-1)",
+      "targets = np.stack([np.cos(theta), np.sin(theta)], axis=-1)", (PENDULUM,),
+      "targets stored as (cos, sin), not CRU's (sin, cos)"),
+    M("pendulum-sum-check-skipped", "data/_pendulum.py",
+      "if not np.isclose(total, ref, rtol=0, atol=1e-6):", "if False:", (PENDULUM,),
+      "a pendulum file with other values than the generator's passes the check"),
 )  # fmt: skip
 
 
