@@ -926,6 +926,24 @@ MUTATIONS = (
     M("pendulum-sum-check-skipped", "data/_pendulum.py",
       "if not np.isclose(total, ref, rtol=0, atol=1e-6):", "if False:", (PENDULUM,),
       "a pendulum file with other values than the generator's passes the check"),
+    # --- text readers' shared helpers, AAN and IMDB ----------------------------------------------
+    M("count-lines-drops-unterminated-last", "data/_vocab.py",
+      'return n + (last != b"\\n")', "return n", (LRA_TEXT,),
+      "a file whose last line has no newline is counted one line short"),
+    M("lines-keep-carriage-return", "data/_vocab.py", 'yield lineno, line.rstrip("\\r\\n")',
+      'yield lineno, line.rstrip("\\n")', (LRA_TEXT,),
+      "CRLF files keep '\\r' at the end of each line's last field"),
+    M("prepared-reused-for-other-options", "data/_vocab.py",
+      "if any(stored.get(k) != v for k, v in provenance.items()):", "if False:",
+      (LRA_TEXT, "tests/test_listops_cli.py"),
+      "a cached dataset prepared with other options (l_max, min_freq) is reused"),
+    M("aan-label-any-number", "data/_aan.py",
+      "return int(value) if value in (0.0, 1.0) else None", "return int(value)", (LRA_TEXT,),
+      "an AAN label of 2 (or 0.5, read as 0) is accepted"),
+    M("imdb-order-by-rating", "data/_imdb.py",
+      "return (0, int(match[1]), int(match[2])) if match else (1, 0, 0, path.name)",
+      "return (0, int(match[2]), int(match[1])) if match else (1, 0, 0, path.name)", (LRA_TEXT,),
+      "reviews ordered by rating, not by review id"),
 )  # fmt: skip
 
 

@@ -299,6 +299,33 @@ def test_imdb_reader_exact_ids(tmp_path):
     assert ds.meta["val_is_test"] is True
 
 
+def test_imdb_reviews_are_ordered_by_id_then_rating(tmp_path):
+    """aclImdb names a review `<id>_<rating>.txt`; the reference lists them by id (as
+    integers), whatever their ratings."""
+    from s5jax.data._imdb import list_imdb_files
+
+    for label, names in {"neg": ["3_4", "12_1", "7_2"], "pos": ["20_7", "4_10"]}.items():
+        folder = tmp_path / "aclImdb" / "train" / label
+        folder.mkdir(parents=True)
+        for name in names:
+            (folder / f"{name}.txt").write_text("x")
+    files = list_imdb_files(tmp_path / "aclImdb", "train")
+    assert [(p.stem, y) for p, y in files] == [
+        ("3_4", 0), ("7_2", 0), ("12_1", 0), ("4_10", 1), ("20_7", 1)]  # fmt: skip
+
+
+def test_text_files_without_a_final_newline_keep_their_last_row(tmp_path):
+    d = write_listops(tmp_path, LISTOPS_ROWS)
+    whole = prepare_listops(tmp_path, tmp_path / "a", progress=False)
+    for name in ("basic_train.tsv", "basic_test.tsv"):
+        path = d / name
+        path.write_bytes(path.read_bytes().removesuffix(b"\r\n"))
+    cut = prepare_listops(tmp_path, tmp_path / "b", progress=False)
+    for split in ("train", "test"):
+        np.testing.assert_array_equal(cut.splits[split].x, whole.splits[split].x)
+        np.testing.assert_array_equal(cut.splits[split].y, whole.splits[split].y)
+
+
 def test_imdb_min_freq_and_truncation(tmp_path):
     write_imdb(tmp_path, IMDB)
     ds = prepare_text(tmp_path / "aclImdb", tmp_path / "out", l_max=3, min_freq=3, progress=False)
