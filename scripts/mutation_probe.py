@@ -944,6 +944,24 @@ MUTATIONS = (
       "return (0, int(match[1]), int(match[2])) if match else (1, 0, 0, path.name)",
       "return (0, int(match[2]), int(match[1])) if match else (1, 0, 0, path.name)", (LRA_TEXT,),
       "reviews ordered by rating, not by review id"),
+    # --- config files and command-line values -----------------------------------------------
+    M("config-description-not-inherited", "config/_load.py",
+      'if "description" not in raw and "description" in parent:', "if False:",
+      ("tests/test_config.py",), "a file with a base loses the base's description"),
+    M("config-description-parent-wins", "config/_load.py",
+      'if "description" not in raw and "description" in parent:',
+      'if "description" in parent:', ("tests/test_config.py",),
+      "the base's description replaces the file's own"),
+    M("config-relative-base-from-cwd", "config/_load.py",
+      "if relative_to is not None and not path.is_absolute():", "if False:",
+      ("tests/test_config.py",), "a relative base is looked up from the working directory"),
+    M("override-one-sided-quote-stripped", "config/_types.py",
+      "if len(text) >= 2 and text[0] == text[-1] and text[0] in \"'\\\"\":",
+      "if len(text) >= 2 and text[0] in \"'\\\"\":", ("tests/test_config.py",),
+      "a value that only starts with a quote loses its first and last characters"),
+    M("override-nan-float", "config/_types.py", "            if math.isfinite(value):\n",
+      "            if True:\n", ("tests/test_config.py",),
+      "--set optim.ssm_lr=nan is parsed (the schema's message, not the override's)"),
 )  # fmt: skip
 
 

@@ -255,6 +255,9 @@ def test_user_file_with_relative_base(tmp_path):
     assert (cfg.model.d_model, cfg.train.epochs, cfg.optim.ssm_lr) == (64, 3, 0.002)
     assert cfg.model.n_layers == 8 and cfg.paper is None
     assert cfg.description == load_experiment("listops").description
+    # a file's own description stands over its base's
+    (tmp_path / "own.toml").write_text('base = "mine.toml"\ndescription = "my variant"\n')
+    assert load_experiment(tmp_path / "own.toml").description == "my variant"
 
 
 def test_circular_base_is_an_error(tmp_path):
@@ -298,6 +301,9 @@ def test_overrides_parse_with_the_field_type():
     assert cfg.train.early_stop_patience == 5 and cfg.name == "quick"
     assert parse_override("data.eval_batch_size=null") == ("data.eval_batch_size", None)
     assert parse_override("model.conj_sym=True") == ("model.conj_sym", True)
+    # quotes are removed only when they enclose the whole value
+    assert parse_override("data.root='/tmp/x") == ("data.root", "'/tmp/x")
+    assert parse_override('data.root="/tmp/x"') == ("data.root", "/tmp/x")
     # the first '=' separates key and value: a value may hold '=' itself
     assert parse_override("name=lr=3e-3") == ("name", "lr=3e-3")
     assert parse_override("data.root=/runs/a=1") == ("data.root", "/runs/a=1")
@@ -327,6 +333,8 @@ def test_unknown_override_key_lists_valid_keys():
         ("model.d_model=abc", r"model\.d_model='abc': expected int"),
         ("model.d_model=1.5", r"model\.d_model='1.5': expected int"),
         ("optim.ssm_lr=fast", r"optim\.ssm_lr='fast': expected float"),
+        ("optim.ssm_lr=nan", r"optim\.ssm_lr='nan': expected float"),
+        ("optim.lr_factor=-inf", r"optim\.lr_factor='-inf': expected float"),
         ("model.conj_sym=maybe", r"model\.conj_sym='maybe': expected bool"),
         ("model.d_model=none", r"model\.d_model='none': expected int"),
         ("model.activation=relu", r"model\.activation = 'relu'.*'gelu', 'full_glu', 'half_glu1'"),
