@@ -113,3 +113,17 @@ def test_prepared_round_trip_and_refusals(tmp_path):
         load_prepared(folder)
     with pytest.raises(DatasetError, match="is not a prepared dataset"):
         load_prepared(tmp_path / "nothing")
+    # a file cut short, or a record that is not JSON: DatasetError naming the file (which
+    # lets the trainer prepare the cache again), under both ways of loading
+    ds_folder = save_prepared(tmp_path / "cut", ds)
+    x = ds_folder / "train_x.npy"
+    x.write_bytes(x.read_bytes()[:100])
+    for mmap in (True, False):
+        with pytest.raises(DatasetError, match=r"train_x\.npy cannot be read .*prepare the data"):
+            load_prepared(ds_folder, mmap=mmap)
+    (ds_folder / "meta.json").write_text('{"name": "d", ')
+    with pytest.raises(DatasetError, match=r"meta\.json cannot be read"):
+        load_prepared(ds_folder)
+    (ds_folder / "meta.json").write_text("[1, 2]")
+    with pytest.raises(DatasetError, match=r"meta\.json is not a prepared dataset's record"):
+        load_prepared(ds_folder)

@@ -61,6 +61,24 @@ def test_l_max_reads_an_existing_copy(tmp_path, monkeypatch):
     assert load_dataset(DataConfig(dataset="listops")).splits["val"].x.shape == (2, 30)
 
 
+def test_a_damaged_prepared_copy_is_prepared_again(tmp_path, monkeypatch):
+    """Without data.root the prepared cache under the data root is used; when it cannot be
+    read (a file cut short) the dataset is prepared again from the copy there."""
+    root = tmp_path / "root"
+    monkeypatch.setenv("S5JAX_DATA", str(root))
+    generate_listops(root, n_train=6, n_val=2, n_test=2, seed=0, min_length=5, max_length=30,
+                     progress=False)  # fmt: skip
+    cfg = DataConfig(dataset="listops", seq_len=30)
+    first = load_dataset(cfg)
+    cache = root / "prepared" / "listops"
+    damaged = sorted(cache.glob("*.npy"))[0]
+    damaged.write_bytes(damaged.read_bytes()[:40])
+    again = load_dataset(cfg)
+    for split in ("train", "val", "test"):
+        np.testing.assert_array_equal(again.splits[split].x, first.splits[split].x)
+    assert damaged.stat().st_size > 40  # written whole again
+
+
 def test_data_root_is_prepared_at_data_seq_len(tmp_path, monkeypatch):
     # With data.root set, the reader used to run at l_max = 2048 whatever data.seq_len said,
     # so a short ListOps could not be trained from its folder.

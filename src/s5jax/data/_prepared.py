@@ -115,7 +115,12 @@ def load_prepared(folder: str | os.PathLike, *, mmap: bool = True) -> PreparedDa
             f"{meta_path} not found: {folder} is not a prepared dataset "
             "(run `s5jax data prepare NAME` first)"
         )
-    meta = json.loads(meta_path.read_text())
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError included
+        raise DatasetError(f"{meta_path} cannot be read ({e}); prepare the dataset again") from None
+    if not isinstance(meta, dict):
+        raise DatasetError(f"{meta_path} is not a prepared dataset's record; prepare it again")
     if meta.get("format_version") != _FORMAT_VERSION:
         raise DatasetError(
             f"{meta_path}: format_version {meta.get('format_version')!r} is not "
@@ -128,7 +133,12 @@ def load_prepared(folder: str | os.PathLike, *, mmap: bool = True) -> PreparedDa
             path = folder / f"{split_name}_{name}.npy"
             if not path.is_file():
                 raise DatasetError(f"{path} is missing; prepare the dataset again")
-            arrays[name] = np.load(path, mmap_mode="r" if mmap else None)
+            try:
+                arrays[name] = np.load(path, mmap_mode="r" if mmap else None)
+            except (OSError, ValueError) as e:  # cut short or overwritten
+                raise DatasetError(
+                    f"{path} cannot be read ({e}); prepare the dataset again"
+                ) from None
         splits[split_name] = Split(**arrays)
     return PreparedDataset(
         name=meta["name"],
