@@ -962,6 +962,20 @@ MUTATIONS = (
     M("override-nan-float", "config/_types.py", "            if math.isfinite(value):\n",
       "            if True:\n", ("tests/test_config.py",),
       "--set optim.ssm_lr=nan is parsed (the schema's message, not the override's)"),
+    # --- the step's gradient norm, the ensemble's mean, prepared caches ------------------------
+    M("steps-grad-norm-per-leaf", "train/_steps.py",
+      "grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in reversed(leaves)))",
+      "grad_norm = sum(jnp.sqrt(jnp.sum(g**2)) for g in reversed(leaves))",
+      ("tests/test_stored_gradients.py", LOGGING),
+      "step/grad_norm is the sum of per-array norms, not the global norm"),
+    M("ensemble-probabilities-unnormalised", "nn/_ensemble.py",
+      "return jax.nn.logsumexp(outputs, axis=0) - math.log(outputs.shape[0])",
+      "return jax.nn.logsumexp(outputs, axis=0)", ("tests/test_ensemble.py",),
+      "the ensemble's probabilities sum to K"),
+    M("prepared-damaged-cache-fatal", "train/_datasets.py",
+      "                    pass  # damaged or half-written cache: prepare again below\n",
+      "                    raise\n", ("tests/test_listops_cli.py", "tests/test_dataset_loading.py"),
+      "a damaged prepared cache stops the run instead of being prepared again"),
 )  # fmt: skip
 
 

@@ -51,3 +51,23 @@ def test_without_the_native_kernel_nothing_is_stored(monkeypatch):
     monkeypatch.setattr(_native, "native_available", lambda: False)
     grads = carry[0]
     assert _steps._stored(grads) is grads
+
+
+def test_the_steps_grad_norm_is_the_global_norm_of_its_gradients():
+    """`grad_norm` (logged as `step/grad_norm`) is the global L2 norm of the gradients the
+    optimiser receives: with plain SGD at rate 1 the update is -g, so it is the global norm
+    of the parameters' change (numpy, float64)."""
+    import equinox as eqx
+    import optax
+
+    cfg, static, _, (params, state, _), batch = _setup()
+    sgd = optax.sgd(1.0)
+    step = _steps.make_steps(static, sgd, cfg.head).train
+    before = jax.tree_util.tree_map(jnp.copy, params)
+    new_params, _, _, stats = step(params, state, sgd.init(params), batch, jax.random.PRNGKey(2))
+    change = jax.tree_util.tree_map(lambda a, b: a - b, eqx.filter(before, eqx.is_array),
+                                    eqx.filter(new_params, eqx.is_array))  # fmt: skip
+    want = np.sqrt(sum(np.sum(np.asarray(g, np.float64) ** 2)
+                       for g in jax.tree_util.tree_leaves(change)))  # fmt: skip
+    assert want > 0
+    assert float(stats["grad_norm"]) == pytest.approx(want, rel=1e-5)
