@@ -976,6 +976,14 @@ MUTATIONS = (
       "                    pass  # damaged or half-written cache: prepare again below\n",
       "                    raise\n", ("tests/test_listops_cli.py", "tests/test_dataset_loading.py"),
       "a damaged prepared cache stops the run instead of being prepared again"),
+    # --- the Pathfinder reader's metadata ---------------------------------------------------
+    M("pathfinder-metadata-text-order", "data/_pathfinder.py",
+      "return sorted(files, key=lambda path: int(path.stem))", "return sorted(files)",
+      (IMAGE_AUDIO, "tests/test_data_pathfinder_gen.py"),
+      "metadata files read in text order (10.npy before 2.npy), not by their integer stem"),
+    M("pathfinder-label-any-digit", "data/_pathfinder.py",
+      'if len(fields) < 4 or fields[3] not in ("0", "1"):', "if len(fields) < 4:",
+      (IMAGE_AUDIO, "tests/test_data_pathfinder_gen.py"), "a metadata label of 2 is read"),
 )  # fmt: skip
 
 

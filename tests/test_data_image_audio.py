@@ -277,6 +277,20 @@ def test_pathfinder_unreadable_png_names_the_file(tmp_path):
     _no_leftovers(tmp_path / "out")
 
 
+@pytest.mark.parametrize("label", ["2", "-1", "x"])
+def test_pathfinder_metadata_label_other_than_0_or_1_names_the_line(tmp_path, label):
+    root, _, _ = write_pathfinder(tmp_path)
+    meta = root / "metadata" / "10.npy"
+    lines = meta.read_text().splitlines()
+    fields = lines[1].split()
+    fields[3] = label
+    lines[1] = " ".join(fields)
+    meta.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match=r"10\.npy:2: expected .*<label 0/1>"):
+        prepare_pathfinder(tmp_path, tmp_path / "out")
+    _no_leftovers(tmp_path / "out")
+
+
 def test_pathfinder_too_few_images_is_an_empty_split(tmp_path):
     write_pathfinder(tmp_path, n=9)  # int(0.1 · 9) = 0 val images
     with pytest.raises(DatasetError, match="metadata"):
