@@ -127,3 +127,7 @@ def test_prepared_round_trip_and_refusals(tmp_path):
     (ds_folder / "meta.json").write_text("[1, 2]")
     with pytest.raises(DatasetError, match=r"meta\.json is not a prepared dataset's record"):
         load_prepared(ds_folder)
+    record = {k: v for k, v in meta.items() if k != "n_classes"}
+    (ds_folder / "meta.json").write_text(json.dumps(record))
+    with pytest.raises(DatasetError, match=r"meta\.json lacks n_classes; prepare the dataset"):
+        load_prepared(ds_folder)

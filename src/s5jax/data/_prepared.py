@@ -119,8 +119,11 @@ def load_prepared(folder: str | os.PathLike, *, mmap: bool = True) -> PreparedDa
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError included
         raise DatasetError(f"{meta_path} cannot be read ({e}); prepare the dataset again") from None
-    if not isinstance(meta, dict):
+    needed = ("name", "task", "splits", "n_classes", "vocab_size", "meta")
+    if not isinstance(meta, dict) or not isinstance(meta.get("splits"), dict):
         raise DatasetError(f"{meta_path} is not a prepared dataset's record; prepare it again")
+    if missing := [key for key in needed if key not in meta]:
+        raise DatasetError(f"{meta_path} lacks {', '.join(missing)}; prepare the dataset again")
     if meta.get("format_version") != _FORMAT_VERSION:
         raise DatasetError(
             f"{meta_path}: format_version {meta.get('format_version')!r} is not "
