@@ -293,6 +293,21 @@ def test_non_integer_label(tmp_path):
     _fails(tmp_path, arrays, r"'y_train' has non-integer label 1\.5 at example 5.*regression")
 
 
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_float_train_targets_beside_integer_labels(tmp_path, split):
+    """The task follows y_train's dtype; an integer split beside float y_train is refused
+    (class labels whose training split went through pandas) unless `task` says which."""
+    arrays = _classification()
+    arrays["y_train"] = arrays["y_train"].astype(np.float64)
+    for s in SIZES:
+        if s not in ("train", split):
+            arrays[f"y_{s}"] = arrays[f"y_{s}"].astype(np.float32)
+    _fails(tmp_path, arrays, rf"'y_{split}' is integer .* y_train is float .*task='regression'")
+    for task in ("regression", "classification"):
+        arrays["task"] = np.array(task)
+        assert load_user_npz(_write(tmp_path, arrays)).task == task
+
+
 def test_single_class(tmp_path):
     arrays = _classification()
     for s, n in SIZES.items():

@@ -231,8 +231,10 @@ def test_per_sequence_regression_is_not_per_step():
 def test_timescales_batches_and_warm_up_at_their_boundaries():
     # dt_min follows the longest valid length, not the padded one
     assert _values(_facts(seq_len=1344, max_length=500))["model.dt_min"] == 0.002
-    batches = {n: _values(_facts(n_train=n))["data.batch_size"] for n in (63, 64, 255, 256)}
-    assert batches == {63: 8, 64: 16, 255: 16, 256: 32}
+    sizes = (1, 7, 8, 63, 64, 255, 256)
+    batches = {n: _values(_facts(n_train=n))["data.batch_size"] for n in sizes}
+    # below 8 examples the batch is all of them (a batch of 8 would be refused by the trainer)
+    assert batches == {1: 1, 7: 7, 8: 8, 63: 8, 64: 16, 255: 16, 256: 32}
     # a one-epoch budget (the user's, or the cap's) has no warm-up; two epochs have one
     assert _values(_facts(), {"train.epochs": 1})["optim.warmup_epochs"] == 0
     assert _values(_facts(), {"train.epochs": 2})["optim.warmup_epochs"] == 1

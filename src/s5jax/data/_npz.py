@@ -324,6 +324,16 @@ def _infer_task(r: _Reader, n_classes: int | None) -> str:
         return task
     if n_classes is not None or _is_int(r.arrays["y_train"]):
         return "classification"
+    # float y_train means regression; an integer split beside it is most likely class labels
+    # whose training split went through a float conversion (pandas with missing values)
+    for s in SPLITS[1:]:
+        if _is_int(r.arrays[f"y_{s}"]):
+            raise r.error(
+                f"y_{s}",
+                f"is integer (class labels) but y_train is float (regression targets); store "
+                "every split's targets with the same dtype, or add task='regression' or "
+                "task='classification' to the file",
+            )
     return "regression"
 
 

@@ -27,7 +27,8 @@ stands. The rules, in the order they are applied:
    of two nearest 4·√N_train, within [`WIDTH_MIN`, `WIDTH_MAX`] = [32, 128]: small data gets a
    small model (fewer parameters to fit from few examples, and cheap).
 5. **Batch** (`data.batch_size`): 32, or 16 below 256 training examples and 8 below 64, so
-   that small datasets still take several steps per epoch.
+   that small datasets still take several steps per epoch; below 8 examples, all of them in one
+   batch.
 6. **Budget** (`train.epochs` from a step budget in optimiser steps): 100 epochs' worth of
    steps, kept within [`MIN_STEPS`, `MAX_STEPS`] = [1000, 4000], and, so that long sequences
    train in bounded time, at most `STEP_TOKENS` (10⁷) sequence steps processed in training
@@ -263,7 +264,12 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
 
     # 5. batch
     batch = 32 if facts.n_train >= 256 else 16 if facts.n_train >= 64 else 8
-    choose("data.batch_size", batch, f"{facts.n_train} training examples: several steps per epoch")
+    if facts.n_train < batch:  # fewer than 8 examples: one full-batch step per epoch
+        batch = facts.n_train
+        why = f"{facts.n_train} training examples, all in one batch"
+    else:
+        why = f"{facts.n_train} training examples: several steps per epoch"
+    choose("data.batch_size", batch, why)
     batch = int(get("data.batch_size", batch))
 
     # 6. budget
