@@ -93,3 +93,15 @@ def test_the_package_writers_use_it(tmp_path, umask):
     for name in ("results.json", "config.json", "pendulum.npz"):
         assert _mode(tmp_path / name) == 0o644, name
     assert (tmp_path / "results.json").read_text() == '{\n  "a": 2,\n  "b": 1\n}\n'
+
+
+def test_a_folder_at_the_target_is_named_and_nothing_is_written(tmp_path):
+    """A folder where the file should go fails before the write, naming the folder (not the
+    temporary file that `os.replace` would have named)."""
+    (tmp_path / "out").mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        with atomic_open(tmp_path / "out") as f:
+            f.write(b"x")
+    assert info.value.filename == str(tmp_path / "out")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert list((tmp_path / "out").iterdir()) == []

@@ -154,6 +154,23 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(tmp_path, capsys, bad,
     assert list(tmp_path.glob("pred.npz*")) == []
 
 
+def test_an_out_that_is_a_folder_or_the_data_is_refused_first(tmp_path, capsys, small):
+    """`--out` naming a folder, or the `--data` file itself (through another spelling of its
+    path), is a one-line error before any work, and the data file is left as it was."""
+    data = tmp_path / "new.npz"
+    np.savez(data, x=np.zeros((4, 10, 3), np.float32))
+    before = data.read_bytes()
+    (tmp_path / "preds").mkdir()
+    cases = ((tmp_path / "preds", "is a folder"), (tmp_path / "." / "new.npz", "the --data file"))
+    for out, words in cases:
+        assert main(["predict", str(small), "--data", str(data), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("s5jax predict: error: --out ") and words in err, err
+    assert data.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.npz", "preds"]
+    assert list((tmp_path / "preds").iterdir()) == []
+
+
 def test_tokens_outside_the_vocabulary_and_floats_for_tokens(tmp_path):
     rng = np.random.default_rng(3)
     arrays = {}

@@ -12,6 +12,7 @@ Standard library only, so that every layer (core, data, config, train) may impor
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -36,6 +37,8 @@ def atomic_path(path: str | os.PathLike, *, mode: int = 0o666) -> Iterator[Path]
     `mode` & ~umask before the body runs; on an exception it is removed and `path` untouched.
     """
     final = Path(path)
+    if final.is_dir():  # else os.replace fails late, naming the temporary file
+        raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(final))
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = _create_sibling(final, mode)
     try:

@@ -330,7 +330,7 @@ def _infer_task(r: _Reader, n_classes: int | None) -> str:
         if _is_int(r.arrays[f"y_{s}"]):
             raise r.error(
                 f"y_{s}",
-                f"is integer (class labels) but y_train is float (regression targets); store "
+                "is integer (class labels) but y_train is float (regression targets); store "
                 "every split's targets with the same dtype, or add task='regression' or "
                 "task='classification' to the file",
             )

@@ -311,6 +311,19 @@ def _named_outputs(head: str, out) -> dict[str, np.ndarray]:
     return {"pred": out}
 
 
+def _check_out(out: Path, data: str | os.PathLike | None) -> None:
+    """Refuse, before any work, an `out` that is a folder or the `data` file itself."""
+    if out.is_dir():
+        raise ValueError(
+            f"--out {out} is a folder; give the predictions file's name, e.g. {out / 'pred.npz'}"
+        )
+    if data is not None and out.exists() and Path(data).exists() and out.samefile(data):
+        raise ValueError(
+            f"--out {out} is the --data file; writing the predictions would replace the data "
+            "(give another name, e.g. pred.npz)"
+        )
+
+
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """`np.savez` through the one atomic writer: no half-written file under `path`."""
     with atomic_open(path, "wb") as f:
@@ -354,6 +367,7 @@ def predict_run(
     `"mse"`, as `s5jax eval` computes them) when the data hold targets.
     """
     out = Path(out)
+    _check_out(out, data)
     run = load_run(run_dir, which, dataset=dataset)
     expect = _Expect.of(run)
     model = eqx.combine(run.params, run.static)
