@@ -5,6 +5,7 @@ Each test states the user-facing outcome: the exit status of `s5jax`, a one-line
 stderr (a traceback only with --debug), and what the run directory holds afterwards.
 """
 
+import json
 import math
 import os
 import shutil
@@ -63,6 +64,10 @@ def _copy(finished, tmp_path):
 
 def _records(run):
     return (run / "metrics.jsonl").read_text().splitlines()
+
+
+def _epochs(run):
+    return [json.loads(r) for r in _records(run) if '"kind": "epoch"' in r]
 
 
 # --- one run per directory -------------------------------------------------------------------
@@ -165,12 +170,35 @@ def test_resume_or_start_continues_a_killed_run(finished, tmp_path, capsys):
     assert len(epochs) == 2
 
 
-def test_resume_with_a_changed_config_leaves_config_json_untouched(finished, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "change",
+    ["model.d_model=8", "optim.weight_decay=0.3", "train.seed=5", "model.dropout=0.3"],
+)
+def test_resume_with_a_changed_config_leaves_config_json_untouched(
+    finished, tmp_path, capsys, change
+):
+    """A setting that changes what is trained, whether or not the checkpoint's shapes still
+    fit (weight decay, seed), is refused naming the key and both values; nothing changes."""
     run = _copy(finished, tmp_path)
-    before = {name: (run / name).read_bytes() for name in ("config.json", "run_info.json")}
-    assert _train(run, "--resume", "--set", "model.d_model=8") == 2
-    assert "different model or config" in _error_line(capsys)
-    assert {name: (run / name).read_bytes() for name in before} == before
+    files = ("config.json", "run_info.json", "metrics.jsonl", "results.json")
+    before = {name: (run / name).read_bytes() for name in files}
+    assert _train(run, "--resume", "--set", "train.epochs=2", "--set", change) == 2
+    line = _error_line(capsys)
+    key = change.split("=")[0]
+    assert f"holds a run of another config ({key} (" in line and " here)" in line, line
+    assert f"{run / 'config.json'} --workdir {run} --resume" in line
+    assert {name: (run / name).read_bytes() for name in files} == before
+
+
+def test_resume_may_extend_the_epochs_and_change_what_is_only_logged(finished, tmp_path):
+    run = _copy(finished, tmp_path)
+    free = ["train.epochs=2", "train.log_every=1", "data.eval_batch_size=4"]
+    assert _train(run, "--resume", *(a for kv in free for a in ("--set", kv))) == 0
+    assert [r["epoch"] for r in _epochs(run)] == [1, 2]
+    # and the run's own config.json, as the refusal suggests, resumes it
+    assert main(["train", str(run / "config.json"), "--workdir", str(run), "--resume",
+                 "--no-progress", "--set", "train.epochs=3"]) == 0  # fmt: skip
+    assert [r["epoch"] for r in _epochs(run)] == [1, 2, 3]
 
 
 # --- exit statuses -----------------------------------------------------------------------------

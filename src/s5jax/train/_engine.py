@@ -34,7 +34,13 @@ from ._optim import build_optimizer, describe_groups, format_groups, set_lr_scal
 from ._plots import paper_reference, plot_curves
 from ._progress import Progress
 from ._run_info import native_scan_status, pallas_scan_status, run_info, write_json
-from ._rundir import RunDirLock, check_workdir, has_checkpoint, replace_run_dir
+from ._rundir import (
+    RunDirLock,
+    check_same_config,
+    check_workdir,
+    has_checkpoint,
+    replace_run_dir,
+)
 from ._schedule import EarlyStopState, PlateauState, early_stop_update, plateau_update
 from ._sharding import (
     DataParallel,
@@ -332,7 +338,9 @@ def train_and_evaluate(
       printed first and recorded in run_info.json under `"defaults"`.
 
     Every input (config, data, `workdir`) is checked before anything is written to `workdir`;
-    a resumed run's checkpoint is checked against `config` before config.json is replaced.
+    a resumed run's config.json and checkpoint are checked against `config` (a config that
+    trains differently is refused, naming the keys; `train.epochs` may grow) before
+    config.json is replaced.
     """
     out = stream or sys.stderr
     workdir = Path(workdir)
@@ -385,8 +393,9 @@ def _own_run(run: _Run, lock, mode: str, progress: bool, out, defaults=None) -> 
     resumed = mode == "resume" and has_checkpoint(workdir)
     ckpt = Checkpoints(workdir) if resumed else None
     if resumed:
-        # Before config.json is written: a checkpoint that does not fit the config is refused
-        # with the finished run's files untouched.
+        # Before config.json is written: a config that trains differently, or a checkpoint
+        # that does not fit the config, is refused with the run's files untouched.
+        check_same_config(workdir, config)
         try:
             tree, history = ckpt.restore("latest", run.train_state())
         except BaseException:  # close the managers on a failed restore too

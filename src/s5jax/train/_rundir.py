@@ -25,13 +25,18 @@ import fcntl
 import os
 import shutil
 from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError, ExperimentConfig, load_experiment, to_dict
 
 __all__ = [
     "LOCK_NAME",
     "RunDirBusy",
     "RunDirError",
     "RunDirLock",
+    "check_same_config",
     "check_workdir",
+    "config_differences",
     "has_checkpoint",
     "replace_run_dir",
 ]
@@ -182,3 +187,55 @@ def _remove_stale_temporaries(workdir: Path) -> None:
     for path in workdir.glob(".*.tmp"):
         if path.is_file():
             path.unlink(missing_ok=True)
+
+
+# --- the run's config -------------------------------------------------------------------------
+
+# Settings that do not change what a run trains: a run directory whose config.json differs
+# from the requested config only in these is the same run. `train.epochs` may differ too (a
+# run is then extended, or found complete), and so may what is only logged or how evaluation
+# is batched.
+_IGNORED = ("name", "description", "paper")
+_FREE = ("train.epochs", "train.log_every", "train.test_every_epoch", "data.eval_batch_size")
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_differences(a: ExperimentConfig, b: ExperimentConfig) -> list[str]:
+    """The keys where `a` (there) and `b` (here) train differently: name, description and
+    paper ignored, and so are `train.epochs`, `train.log_every`, `train.test_every_epoch` and
+    `data.eval_batch_size`."""
+    fa = _flat({k: v for k, v in to_dict(a).items() if k not in _IGNORED})
+    fb = _flat({k: v for k, v in to_dict(b).items() if k not in _IGNORED})
+    return [
+        f"{k} ({fa.get(k)!r} there, {fb.get(k)!r} here)"
+        for k in sorted(set(fa) | set(fb))
+        if fa.get(k) != fb.get(k) and k not in _FREE
+    ]
+
+
+def check_same_config(workdir: str | os.PathLike, config: ExperimentConfig) -> None:
+    """Refuse to resume the run in `workdir` with a config that trains differently from its
+    config.json (`ValueError` naming the keys). An unreadable config.json is left to the
+    checkpoint's own check (resuming writes it again)."""
+    path = Path(workdir) / "config.json"
+    try:
+        there = load_experiment(path)
+    except (ConfigError, OSError):
+        return
+    diff = config_differences(there, config)
+    if diff:
+        raise ValueError(
+            f"{workdir} holds a run of another config ({'; '.join(diff[:3])}"
+            f"{'; ...' if len(diff) > 3 else ''}): resume it with the settings it was started "
+            f"with (`s5jax train {path} --workdir {workdir} --resume` reads them), or start a "
+            "new run in a fresh --workdir or with --overwrite"
+        )

@@ -39,6 +39,7 @@ from typing import Any, TextIO
 from .._atomic import atomic_write_json, atomic_write_text
 from ..config import ConfigError, ExperimentConfig, apply_overrides, load_experiment, to_dict
 from ..config._load import tomllib
+from ._rundir import config_differences
 
 __all__ = [
     "SweepSpace",
@@ -52,11 +53,6 @@ __all__ = [
 ]
 
 SUMMARY_JSON, SUMMARY_MD, SWEEP_JSON = "summary.json", "summary.md", "sweep.json"
-# Settings that do not change what a run trains: a seed folder whose config.json differs
-# from the requested config only here is the same run. (`train.epochs` may differ too: a
-# run is then extended, or found complete, as `s5jax train --resume-or-start` does.)
-_IGNORED = ("name", "description", "paper")
-_EXTENDABLE = ("train.epochs",)
 
 
 # --- seeds -----------------------------------------------------------------------------------
@@ -80,28 +76,6 @@ def parse_seeds(text: str) -> list[int]:
             )
         seeds.extend(s for s in range(lo, hi + 1) if s not in seeds)
     return seeds
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def config_differences(a: ExperimentConfig, b: ExperimentConfig) -> list[str]:
-    """The keys where `a` and `b` train differently (name, description, paper and
-    `train.epochs` ignored)."""
-    fa = _flat({k: v for k, v in to_dict(a).items() if k not in _IGNORED})
-    fb = _flat({k: v for k, v in to_dict(b).items() if k not in _IGNORED})
-    return [
-        f"{k} ({fa.get(k)!r} there, {fb.get(k)!r} here)"
-        for k in sorted(set(fa) | set(fb))
-        if fa.get(k) != fb.get(k) and k not in _EXTENDABLE
-    ]
 
 
 def _finished(run_dir: Path, config: ExperimentConfig) -> dict[str, Any] | None:
