@@ -105,6 +105,21 @@ def test_bidirectional_model_exports_only_the_forward(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--overwrite" in err
     assert main(["export", str(run_dir), "--out", str(folder), "--overwrite"]) == 0
+    # --overwrite replaces only an earlier export: a user's file or folder given by mistake is
+    # refused (one line) and left as it was, and nothing is left beside it.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    (tmp_path / "data.npz").write_bytes(b"keep too")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    refusals = {"mine": "is not an s5jax export (it holds notes.txt)", "data.npz": "is a file"}
+    for out, words in refusals.items():
+        capsys.readouterr()
+        assert main(["export", str(run_dir), "--out", str(tmp_path / out), "--overwrite"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("s5jax export: error: --out ") and words in err, err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    assert (tmp_path / "data.npz").read_bytes() == b"keep too"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_loader_example_runs_without_s5jax_and_matches_the_live_model(tmp_path, user_facing):

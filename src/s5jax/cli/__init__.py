@@ -408,7 +408,9 @@ def _export_parser(sub) -> None:
         help="fix the forward's sequence length to L (default: any length, symbolic)",
     )
     exp.add_argument(
-        "--overwrite", action="store_true", help="replace --out if it exists and is not empty"
+        "--overwrite",
+        action="store_true",
+        help="replace --out when it holds an earlier export (never another folder or a file)",
     )
 
 

@@ -603,7 +603,8 @@ def export_run(
     online step of `b` streams on the stream state's leaves), `init_state.npz` (those leaves
     before the first step, unbatched) and `spec.json` (inputs, outputs, the state's leaves,
     the run's config and how to call each function). The folder is built under a temporary
-    name and renamed when complete; an existing non-empty `out` needs `overwrite=True`.
+    name and renamed when complete; an existing non-empty `out` is replaced only when it is an
+    earlier export and `overwrite=True`.
     Load with `jax.export.deserialize` alone (`examples/load_exported.py`).
 
     **Returns:** the folder.
@@ -613,8 +614,7 @@ def export_run(
     from ..data._common import atomic_dir
 
     out = Path(out)
-    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"--out {out} exists and is not empty; pass --overwrite or a new folder")
+    _check_export_out(out, overwrite)
     if length is not None and length < 1:
         raise ValueError(f"--length must be at least 1, got {length}")
     if importlib.util.find_spec("flatbuffers") is None:  # jax.export serialises with it
@@ -637,6 +637,31 @@ def export_run(
             np.savez(tmp / "init_state.npz", **init)
         (tmp / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
     return out
+
+
+_EXPORT_FILES = ("forward.jax", "step.jax", "init_state.npz", "spec.json")
+
+
+def _check_export_out(out: Path, overwrite: bool) -> None:
+    """`out` may be absent or an empty folder; with `overwrite`, also an earlier export (a
+    folder holding `spec.json` and only the files an export writes), never anything else:
+    `--overwrite` must not delete a user's file or folder given by mistake."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder to write the export into")
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return
+    if not overwrite:
+        raise ValueError(f"--out {out} exists and is not empty; pass --overwrite or a new folder")
+    others = [name for name in entries if name not in _EXPORT_FILES]
+    if others or "spec.json" not in entries:
+        what = f"it holds {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}"
+        raise ValueError(
+            f"--out {out} is not an s5jax export ({what if others else 'no spec.json'}); "
+            "--overwrite replaces only an earlier export: give a new folder"
+        )
 
 
 def _spec(run, expect, names, forward, fixed, step, state_spec, no_step, which) -> dict:
