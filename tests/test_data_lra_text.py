@@ -6,6 +6,7 @@ readers; the expected token ids are worked out by hand from the S4/S5 rules (`da
 (counted after truncation) by descending count, ties in string order.
 """
 
+import json
 import logging
 
 import numpy as np
@@ -139,7 +140,6 @@ def test_generator_respects_max_args_and_max_depth():
     assert ops == {"[MIN", "[MAX", "[MED", "[SM"}
 
 
-
 def test_generate_then_prepare_round_trip(tmp_path):
     folder = generate_listops(
         tmp_path / "gen",
@@ -155,6 +155,17 @@ def test_generate_then_prepare_round_trip(tmp_path):
     assert raw.startswith(b"Source\tTarget\r\n") and raw.endswith(b"\r\n")
     with pytest.raises(DatasetError, match="already exists"):
         generate_listops(tmp_path / "gen", n_train=1, n_val=1, n_test=1, progress=False)
+    # overwrite=True replaces only a generated folder, never one that may be LRA's release
+    small = dict(n_train=2, n_val=1, n_test=1, min_length=10, max_length=60, progress=False)
+    release = tmp_path / "lra" / "listops-1000"
+    release.mkdir(parents=True)
+    (release / "basic_train.tsv").write_text("Source\tTarget\r\n")
+    with pytest.raises(DatasetError, match=r"was not generated here .*LRA release"):
+        generate_listops(tmp_path / "lra", overwrite=True, **small)
+    assert sorted(p.name for p in release.iterdir()) == ["basic_train.tsv"]
+    again = generate_listops(tmp_path / "again", seed=1, **small)
+    generate_listops(tmp_path / "again", seed=2, overwrite=True, **small)
+    assert json.loads((again / "generator.json").read_text())["seed"] == 2  # replaced
     ds = prepare_listops(tmp_path / "gen", tmp_path / "out", progress=False)
     assert {k: len(v) for k, v in ds.splits.items()} == {"train": 30, "val": 5, "test": 4}
     expected = generate_listops_examples(39, seed=1, min_length=10, max_length=60)

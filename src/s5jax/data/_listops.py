@@ -261,7 +261,14 @@ def generate_listops(
     if folder.exists() and not overwrite:
         raise DatasetError(
             f"{folder} already exists; refusing to replace it (it may be the LRA release). "
-            "Pass overwrite=True or choose another output folder"
+            "Pass overwrite=True (only a folder generated here is replaced) or choose another "
+            "output folder"
+        )
+    if folder.exists() and read_generated(folder) is None:
+        raise DatasetError(
+            f"{folder} exists and was not generated here (no {GENERATED_FILE} marking it "
+            "generated); it may be the LRA release, so it is not replaced. Choose another "
+            "output folder"
         )
     examples = generate_listops_examples(
         n_train + n_val + n_test,
