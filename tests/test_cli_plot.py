@@ -50,6 +50,41 @@ def test_plot_errors_are_one_line(tmp_path, capsys, setup, message):
     assert not (tmp_path / "x.png").exists()
 
 
+def _damage_metrics(d):
+    _run_dir(d, 2, 1)
+    (d / "metrics.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n")
+
+
+def _damage_results(d):
+    _run_dir(d, 2, 1)
+    (d / "results.json").write_text("{bad")
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [(_damage_metrics, "metrics.jsonl is not a metrics file"), (_damage_results, "results.json")],
+)
+def test_a_damaged_run_file_is_named(tmp_path, capsys, damage, message):
+    run = tmp_path / "run"
+    damage(run)
+    assert main(["plot", str(run), "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"s5jax plot: error: {run}") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["run/metrics.jsonl", "run/curves.png", "cmp.jpg"])
+def test_an_out_that_would_replace_a_run_file_is_refused_first(tmp_path, capsys, name):
+    """--out must be a .png outside the runs: `--out RUN/metrics.jsonl` replaced the run's
+    metrics with a PNG."""
+    run = _run_dir(tmp_path / "run", 2, 1)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main(["plot", str(run), "--out", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("s5jax plot: error: --out ") and err.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
 def test_plot_help_has_an_example(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["plot", "--help"])

@@ -431,7 +431,11 @@ def _plot_parser(sub) -> None:
         "runs", nargs="+", type=Path, metavar="RUN", help="run directories written by `s5jax train`"
     )
     plot.add_argument(
-        "--out", type=Path, required=True, metavar="FILE.png", help="the PNG file to write"
+        "--out",
+        type=Path,
+        required=True,
+        metavar="FILE.png",
+        help="the PNG file to write (a .png name outside the runs)",
     )
     plot.add_argument(
         "--metric",

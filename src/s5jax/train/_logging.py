@@ -55,11 +55,12 @@ def _to_json_value(value: Any) -> Any:
     return value
 
 
-def _parse_lines(text: str) -> tuple[list[dict], bool]:
+def _parse_lines(text: str, where: str = METRICS_FILE) -> tuple[list[dict], bool]:
     """Parse the records of a metrics file.
 
     **Arguments:**
     - `text`: the file contents.
+    - `where`: the file's name in an error message.
 
     **Returns:** the records and whether a truncated last line was dropped. A line that does
     not parse, other than the last one, raises `ValueError`.
@@ -76,8 +77,20 @@ def _parse_lines(text: str) -> tuple[list[dict], bool]:
         except json.JSONDecodeError:
             if i == len(complete) - 1 and not tail:
                 return records, True
-            raise ValueError(f"{METRICS_FILE}: line {i + 1} is not valid JSON") from None
+            raise ValueError(f"{where}: line {i + 1} is not valid JSON") from None
     return records, bool(tail)
+
+
+def _read_records(path: Path) -> tuple[list[dict], bool]:
+    """`_parse_lines` of the file at `path`; a damaged file is a `ValueError` naming it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"{path} is not a metrics file (not UTF-8 text; another program may have written "
+            "over it)"
+        ) from None
+    return _parse_lines(text, where=str(path))
 
 
 def read_metrics(run_dir: str | os.PathLike, kind: str | None = None) -> list[dict]:
@@ -93,7 +106,7 @@ def read_metrics(run_dir: str | os.PathLike, kind: str | None = None) -> list[di
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
-    records, _ = _parse_lines(path.read_text(encoding="utf-8"))
+    records, _ = _read_records(path)
     if kind is not None:
         records = [r for r in records if r.get("kind") == kind]
     return records
@@ -113,7 +126,7 @@ def _prepare_existing(path: Path, resume_step: int | None) -> None:
     """Drop a truncated last line and, given `resume_step`, the records after it."""
     if not path.exists():
         return
-    records, truncated = _parse_lines(path.read_text(encoding="utf-8"))
+    records, truncated = _read_records(path)
     kept = records
     if resume_step is not None:
         kept = [r for r in records if int(r.get("step", 0)) <= resume_step]

@@ -272,6 +272,18 @@ def comparison_figure(
 _DEFAULT_METRICS = ("val_accuracy", "val_mse", "val_loss", "train_loss")
 
 
+def _check_out(out: Path, run_dirs: Sequence[Path]) -> None:
+    """Refuse, before reading anything, an `out` that is not a `.png` name or that lies in one
+    of the run directories (it would replace a file of the run, e.g. its metrics)."""
+    if out.suffix.lower() != ".png":
+        raise ValueError(f"--out {out}: give a file name ending in .png (the plot is a PNG)")
+    for d in run_dirs:
+        if d.is_dir() and out.parent.resolve() == d.resolve():
+            raise ValueError(
+                f"--out {out} is inside the run directory {d}; write the comparison elsewhere"
+            )
+
+
 def _read_run(run_dir: Path) -> tuple[list[dict], dict]:
     """The epoch records and results.json (or `{}`) of a run directory."""
     if not run_dir.is_dir():
@@ -281,7 +293,12 @@ def _read_run(run_dir: Path) -> tuple[list[dict], dict]:
             f"{run_dir / METRICS_FILE} not found: not a run directory written by `s5jax train`"
         )
     results_path = run_dir / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    try:
+        results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(
+            f"{results_path} is not valid JSON; move it away to plot the run"
+        ) from None
     return read_metrics(run_dir, kind="epoch"), results
 
 
@@ -322,6 +339,7 @@ def plot_runs(
     metrics file, `ValueError` when no run has the metric.
     """
     dirs = [Path(d) for d in run_dirs]
+    _check_out(Path(out), dirs)
     runs = [_read_run(d) for d in dirs]
     if metric is None:
         first = runs[0][0]
