@@ -161,12 +161,15 @@ def test_an_out_that_is_a_folder_or_the_data_is_refused_first(tmp_path, capsys, 
     np.savez(data, x=np.zeros((4, 10, 3), np.float32))
     before = data.read_bytes()
     (tmp_path / "preds").mkdir()
-    cases = ((tmp_path / "preds", "is a folder"), (tmp_path / "." / "new.npz", "the --data file"))
+    cases = ((tmp_path / "preds", "is a folder"), (tmp_path / "." / "new.npz", "the --data file"),
+             (small / "config.json", "ending in .npz"))  # fmt: skip
+    run_files = {p.name: p.read_bytes() for p in small.iterdir() if p.is_file()}
     for out, words in cases:
         assert main(["predict", str(small), "--data", str(data), "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("s5jax predict: error: --out ") and words in err, err
     assert data.read_bytes() == before
+    assert {p.name: p.read_bytes() for p in small.iterdir() if p.is_file()} == run_files
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.npz", "preds"]
     assert list((tmp_path / "preds").iterdir()) == []
 

@@ -312,11 +312,14 @@ def _named_outputs(head: str, out) -> dict[str, np.ndarray]:
 
 
 def _check_out(out: Path, data: str | os.PathLike | None) -> None:
-    """Refuse, before any work, an `out` that is a folder or the `data` file itself."""
+    """Refuse, before any work, an `out` that is a folder, not an `.npz` name (it could
+    replace a run's config.json or metrics) or the `data` file itself."""
     if out.is_dir():
         raise ValueError(
             f"--out {out} is a folder; give the predictions file's name, e.g. {out / 'pred.npz'}"
         )
+    if out.suffix.lower() != ".npz":
+        raise ValueError(f"--out {out}: give a file name ending in .npz (e.g. pred.npz)")
     if data is not None and out.exists() and Path(data).exists() and out.samefile(data):
         raise ValueError(
             f"--out {out} is the --data file; writing the predictions would replace the data "
