@@ -367,6 +367,8 @@ def test_device_slots():
         ('base = "synthetic"\n', "[grid] or [random]"),
         ('base = "synthetic"\nmetric = "val_acc"\n[grid]\noptim.ssm_lr = [1e-3]\n',
          "metric = 'val_acc': expected one of val_accuracy, val_mse, val_loss"),
+        ('base = "synthetic"\n[grid]\noptim.ssm_lr = [1e-3, 2e-3, 0.001]\n',
+         "[grid] optim.ssm_lr: 0.001 is listed twice"),
     ],
 )  # fmt: skip
 def test_space_errors_name_the_key(tmp_path, text, message):
@@ -389,6 +391,12 @@ def test_sweep_value_errors_name_the_trial_key(tmp_path, capsys):
                  "--workdir", str(tmp_path / "sw")])  # fmt: skip
     assert code == 2
     assert "use val_accuracy or val_loss" in capsys.readouterr().err
+    assert not (tmp_path / "sw").exists()
+    # a value listed twice would train two identical trials
+    code = main(["sweep", "synthetic", "--set", "model.d_model=8,16,8",
+                 "--workdir", str(tmp_path / "sw")])  # fmt: skip
+    assert code == 2
+    assert "'model.d_model=8,16,8': 8 is listed twice" in capsys.readouterr().err
     assert not (tmp_path / "sw").exists()
 
 

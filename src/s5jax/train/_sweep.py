@@ -435,6 +435,16 @@ def _check_key(source: str, table: str, key: str) -> None:
             raise _space_error(source, f"[{table}] {key}: {str(e).split(': ', 1)[1]}") from None
 
 
+def _repeated(values: Sequence[Any]) -> Any:
+    """The first value listed twice (1e-3 and 0.001 are the same value), or None."""
+    seen: list[Any] = []
+    for v in values:
+        if any(type(v) is type(w) and v == w for w in seen):
+            return v
+        seen.append(v)
+    return None
+
+
 def _check_values(source: str, table: str, key: str, spec: Any) -> None:
     scalars = (bool, int, float, str)
     if isinstance(spec, list):
@@ -443,6 +453,11 @@ def _check_values(source: str, table: str, key: str, spec: Any) -> None:
         if not all(isinstance(v, scalars) for v in spec):
             raise _space_error(
                 source, f"[{table}] {key}: values must be numbers, strings or booleans"
+            )
+        repeated = _repeated(spec)
+        if table == "grid" and repeated is not None:
+            raise _space_error(
+                source, f"[grid] {key}: {repeated!r} is listed twice (two identical trials)"
             )
         return
     if table == "grid":
@@ -584,6 +599,11 @@ def space_from_sets(
         if any(not v for v in values):
             raise ConfigError(f"--set {text!r}: an empty value in the list")
         grid[key] = [parse_override(f"{key}={v}")[1] for v in values]
+        repeated = _repeated(grid[key])
+        if repeated is not None:
+            raise ConfigError(
+                f"--set {text!r}: {repeated!r} is listed twice (two identical trials)"
+            )
     if not grid:
         raise ConfigError("no key to search: give at least one --set key=a,b,c (or SPACE.toml)")
     if sample < 0:
