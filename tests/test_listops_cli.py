@@ -41,6 +41,29 @@ def test_generate_short_listops_at_a_matching_length(tmp_path, monkeypatch, caps
             assert [itos[t] for t in sp.x[i, : sp.lengths[i]]] == [*toks, "<eos>"]
 
 
+def test_generating_again_replaces_only_a_generated_copy(tmp_path, monkeypatch, capsys):
+    """A second --generate with another seed replaces the earlier generated copy (and the
+    prepared cache follows it); a listops-1000 that was not generated is never replaced."""
+    monkeypatch.setenv("S5JAX_DATA", str(tmp_path / "root"))
+    argv = ["data", "prepare", "listops", "--generate", "--source", str(tmp_path / "src")]
+    argv += ["--l-max", "40", *GEN[:-2]]
+    assert main([*argv, "--seed", "1"]) == 0
+    assert main([*argv, "--seed", "2"]) == 0
+    ds = load_dataset(DataConfig(dataset="listops", seq_len=40))
+    assert ds.meta["generated"]["seed"] == 2
+    want = [label for _, label in generate_listops_examples(30, seed=2, min_length=10,
+                                                             max_length=40)]  # fmt: skip
+    assert ds.splits["train"].y.tolist() == want
+    release = tmp_path / "lra" / "listops-1000"
+    release.mkdir(parents=True)
+    (release / "basic_train.tsv").write_text("Source\tTarget\r\n")
+    capsys.readouterr()
+    assert main(["data", "prepare", "listops", "--generate", "--source", str(tmp_path / "lra"),
+                 *GEN]) == 2  # fmt: skip
+    assert "was not generated here" in capsys.readouterr().err
+    assert sorted(p.name for p in release.iterdir()) == ["basic_train.tsv"]
+
+
 def test_l_max_shorter_than_the_trees_truncates_with_a_note(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("S5JAX_DATA", str(tmp_path / "root"))
     argv = ["data", "prepare", "listops", "--generate", "--source", str(tmp_path / "src")]

@@ -265,7 +265,8 @@ def _data_parser(sub) -> None:
         "--generate",
         action="store_true",
         help="listops, pathfinder (32x32) and pathx (128x128): generate with the original "
-        "algorithm (seeded) into --source (default <data root>/generated) instead of reading; "
+        "algorithm (seeded) into --source (default <data root>/generated) instead of reading "
+        "(an earlier generated copy there is replaced, a folder not generated here never); "
         "synthetic data, not comparable with published numbers",
     )
     prep.add_argument(
@@ -649,6 +650,7 @@ def _generate_listops(args, seed: int):
         seed=seed,
         min_length=lo,
         max_length=hi,
+        overwrite=True,  # only an earlier generated copy, never the LRA release
     )
     return d.prepare_listops(folder.parent, l_max=l_max)
 
