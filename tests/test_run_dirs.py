@@ -9,9 +9,11 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import jax
 import jax.numpy as jnp
@@ -270,11 +272,64 @@ def test_ctrl_c_exits_130_with_the_resume_command(tmp_path, capsys, monkeypatch)
     run = tmp_path / "run"
     assert _train(run, "--resume-or-start") == 130
     line = _error_line(capsys)
-    expected = " ".join(["s5jax", "train", "synthetic", "--workdir", str(run), *TINY, "--resume"])
-    assert line.endswith(f"interrupted; resume with: {expected}")
-    # a run started with --overwrite resumes without it (it would start the run over)
-    assert _train(run, "--overwrite") == 130
+    command = ["s5jax", "train", "synthetic", "--workdir", str(run), *TINY]
+    # stopped before its first checkpoint: --resume would be refused, --resume-or-start
+    # starts it again in the same folder
+    assert line.endswith(f"interrupted; resume with: {' '.join(command)} --resume-or-start")
+    # a run with a checkpoint resumes with --resume
+    finished_run = tmp_path / "done"
+    monkeypatch.undo()
+    assert _train(finished_run) == 0
+    monkeypatch.setattr(_engine, "_epochs", interrupted)
+    capsys.readouterr()
+    argv = ["train", "synthetic", "--workdir", str(finished_run), *TINY, "--set", "train.epochs=2"]
+    assert main([*argv, "--resume"]) == 130
+    expected = " ".join(["s5jax", *argv, "--resume"])
     assert _error_line(capsys).endswith(f"interrupted; resume with: {expected}")
+    # --overwrite is dropped from the command (it would start the run over); here the new run
+    # had replaced the old one and stopped before its first checkpoint
+    assert main([*argv, "--overwrite"]) == 130
+    expected = " ".join(["s5jax", *argv, "--resume-or-start"])
+    assert _error_line(capsys).endswith(f"interrupted; resume with: {expected}")
+    # --seeds resumes each seed itself (--resume is refused with it)
+    argv = ["train", "synthetic", "--seeds", "0-1", "--workdir", str(tmp_path / "s"), *TINY]
+    assert main(argv) == 130
+    assert _error_line(capsys).endswith(f"interrupted; resume with: {' '.join(['s5jax', *argv])}")
+
+
+def test_sigterm_stops_like_ctrl_c_with_143_and_the_run_resumes(tmp_path, capsys):
+    """A scheduler's SIGTERM (preemption, time limit) mid-training: exit 143, one line ending in
+    the resume command and no traceback (a save in progress finishes first), no temporary file
+    left; the printed command's run then continues from its last checkpoint."""
+    run = tmp_path / "run"
+    sets = [a for kv in ("data.n_train=16", "data.n_eval=8", "model.n_layers=1")
+            for a in ("--set", kv)]  # fmt: skip
+    argv = ["train", "synthetic", "--workdir", str(run), "--no-progress", *sets]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "s5jax", *argv, "--set", "train.epochs=100000"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not list(run.glob("checkpoints/latest/*/s5jax.json")):  # a complete checkpoint
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    lines = [line for line in err.splitlines() if line.startswith("s5jax train: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "terminated (SIGTERM); resume with: s5jax train synthetic" in lines[0]
+    assert lines[0].endswith("--set train.epochs=100000 --resume")
+    assert [p for p in run.rglob("*") if p.name.endswith(".tmp")] == []
+    reached = _epochs(run)[-1]["epoch"]
+    assert main([*argv, "--set", f"train.epochs={reached + 1}", "--resume"]) == 0
+    assert "resumed from epoch" in capsys.readouterr().err
+    assert [r["epoch"] for r in _epochs(run)] == list(range(1, reached + 2))
 
 
 @pytest.mark.parametrize("case", ["file", "file/sub", "read-only parent"])
@@ -305,7 +360,8 @@ def test_help_documents_the_exit_statuses(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    for line in ("2    usage", "3    training diverged", "74   I/O", "75   the run", "130  inter"):
+    for line in ("2    usage", "3    training diverged", "74   I/O", "75   the run", "130  inter",
+                 "143  terminated (SIGTERM"):  # fmt: skip
         assert line in out
 
 

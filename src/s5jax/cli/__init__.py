@@ -22,12 +22,15 @@ s5jax data prepare listops [--l-max L] [--generate [--min-length N] [--max-lengt
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import os
 import shlex
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -54,6 +57,7 @@ EXIT_COORDINATOR = 69  # a multi-process run's coordinator unreachable in time (
 EXIT_IO = 74  # the system refused a read or write (EX_IOERR): permissions, not a folder, disk full
 EXIT_BUSY = 75  # another process trains in the run directory (EX_TEMPFAIL): try again later
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15): `kill`, or a scheduler's preemption or time limit
 
 _EXIT_CODES = """exit status:
   0    done
@@ -64,7 +68,9 @@ _EXIT_CODES = """exit status:
        within --coordinator-timeout
   74   I/O error (permissions, a file where a folder should be, disk full)
   75   the run directory is in use by another process
-  130  interrupted (Ctrl-C); continue a run with --resume"""
+  130  interrupted (Ctrl-C); continue a run with --resume
+  143  terminated (SIGTERM: kill, or a scheduler's preemption or time limit); the
+       command stops as on Ctrl-C: continue a run with --resume"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -502,6 +508,7 @@ def _train(args) -> int:
     if args.seeds is not None:
         return train_seeds(args, config, dataset, defaults)
     workdir = args.workdir or Path("runs") / config.name
+    args.run_workdir = workdir  # for the resume command of an interruption
     resume = "auto" if args.resume_or_start else args.resume
     summary = train_and_evaluate(
         config,
@@ -791,7 +798,8 @@ def main(argv: list[str] | None = None) -> int:
         "data": _prepare,
     }
     try:
-        return handlers[args.command](args)
+        with _sigterm_stops():
+            return handlers[args.command](args)
     except BaseException as e:  # each kind becomes one line and an exit status
         if isinstance(e, SystemExit):
             raise
@@ -805,6 +813,30 @@ def main(argv: list[str] | None = None) -> int:
         log.propagate = propagate
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread: the command stops as on Ctrl-C (files being
+    written are removed, checkpoints closed, the resume command printed), exit status 143."""
+
+
+@contextlib.contextmanager
+def _sigterm_stops():
+    """While the command runs, SIGTERM raises `Terminated` once; a second SIGTERM kills at
+    once (the default action), as a second Ctrl-C would be expected to."""
+    if threading.current_thread() is not threading.main_thread():  # signal() needs it
+        yield
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _failure(e: BaseException, args, argv: list[str]) -> tuple[int, str]:
     """The exit status and the one-line message for an exception out of a command."""
     from ..config import ConfigError
@@ -814,10 +846,11 @@ def _failure(e: BaseException, args, argv: list[str]) -> tuple[int, str]:
     from ..train._sharding import CoordinatorUnreachable
 
     if isinstance(e, KeyboardInterrupt):
-        message = "interrupted"
+        terminated = isinstance(e, Terminated)
+        message = "terminated (SIGTERM)" if terminated else "interrupted"
         if args.command == "train":
-            message += f"; resume with: {_resume_command(argv)}"
-        return EXIT_INTERRUPTED, message
+            message += f"; resume with: {_resume_command(argv, getattr(args, 'run_workdir', None))}"
+        return (EXIT_TERMINATED if terminated else EXIT_INTERRUPTED), message
     if isinstance(e, RunDirBusy):
         return EXIT_BUSY, str(e)
     if isinstance(e, CoordinatorUnreachable):
@@ -840,11 +873,17 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
-def _resume_command(argv: list[str]) -> str:
-    """`argv` as an `s5jax` command that resumes the same run."""
+def _resume_command(argv: list[str], workdir: str | os.PathLike | None) -> str:
+    """`argv` as an `s5jax` command that resumes the same run: with `--resume` when `workdir`
+    holds a checkpoint, else with `--resume-or-start` (stopped before the first checkpoint:
+    it starts the run again in the same folder). `--seeds` resumes each seed by itself."""
+    from ..train._rundir import has_checkpoint
+
     kept = [a for a in argv if a not in ("--overwrite", "--resume-or-start", "--resume")]
-    if "train" in kept:
-        kept.append("--resume")
+    seeds = any(a == "--seeds" or a.startswith("--seeds=") for a in kept)
+    if "train" in kept and not seeds:
+        resumable = workdir is not None and has_checkpoint(Path(workdir))
+        kept.append("--resume" if resumable else "--resume-or-start")
     return shlex.join(["s5jax", *kept])
 
 

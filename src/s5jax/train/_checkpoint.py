@@ -44,6 +44,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from .._atomic import atomic_write_json
+from .._signals import deferred_signals
 
 __all__ = ["CheckpointError", "Checkpoints", "from_saveable", "to_saveable"]
 
@@ -167,6 +168,10 @@ class Checkpoints:
 
     def save(self, which: str, step: int, tree, meta: dict[str, Any]) -> None:
         """Save `tree` (any pytree of arrays and static parts) and `meta` (JSON) as `which`."""
+        with deferred_signals():  # Ctrl-C / SIGTERM stop the run after the save, not inside
+            self._save(which, step, tree, meta)
+
+    def _save(self, which: str, step: int, tree, meta: dict[str, Any]) -> None:
         manager = self._manager(which)
         if step in manager.all_steps():
             # An earlier save of this step that a kill cut short (no manifest: `restore`

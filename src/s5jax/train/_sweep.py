@@ -720,7 +720,9 @@ def _subprocess_launcher(space: SweepSpace, sweepdir: Path, stream: TextIO):
             code = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
         if code == 0:
             return {"status": "done", "results": json.loads((run_dir / "results.json").read_text())}
-        status = {3: "diverged", 75: "busy", 130: "interrupted"}.get(code, "failed")
+        status = {3: "diverged", 75: "busy", 130: "interrupted", 143: "interrupted"}.get(
+            code, "failed"
+        )
         return {"status": status, "message": f"exit status {code}; see {log_path}"}
 
     return launch
