@@ -37,8 +37,9 @@ ALLOWED = {
     },
 }
 STDLIB_OK = set(sys.stdlib_module_names)
-# s5jax._atomic (atomic file writes) is standard library only: every layer may use it.
-SHARED = ("s5jax._atomic",)
+# s5jax._atomic (atomic file writes) and s5jax._signals (signals held back during a save) are
+# standard library only: every layer may use them.
+SHARED = ("s5jax._atomic", "s5jax._signals")
 
 
 def _imports(path: Path, package: str):
@@ -83,3 +84,10 @@ def test_layer_imports_only_what_it_may(layer):
             if not ok:
                 bad.append(f"{path.relative_to(SRC)} imports {name}")
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("module", SHARED)
+def test_the_shared_modules_import_only_the_standard_library(module):
+    path = SRC / (module.split(".", 1)[1] + ".py")
+    names = list(_imports(path, "s5jax"))
+    assert names and all(n.split(".")[0] in STDLIB_OK or n == "__future__" for n in names), names

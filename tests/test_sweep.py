@@ -400,6 +400,24 @@ def test_sweep_value_errors_name_the_trial_key(tmp_path, capsys):
     assert not (tmp_path / "sw").exists()
 
 
+def test_a_folder_that_is_not_a_sweep_or_seeds_keeps_its_files(tmp_path, capsys):
+    """A sweep into a non-empty folder without sweep.json, or --seeds into a folder whose
+    summary.md / summary.json are someone else's, is refused before anything is written
+    (they would have been replaced by the command's own)."""
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "summary.md").write_text("my notes")
+    before = {p.name: p.read_bytes() for p in mine.iterdir()}
+    code = main(["sweep", "synthetic", "--set", "model.d_model=8,16", "--workdir", str(mine)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "is not empty (summary.md) and holds no sweep (sweep.json)" in err
+    seeds = ["train", "synthetic", "--seeds", "0-1", "--workdir", str(mine)]
+    assert main([*seeds, *_sets()]) == 2
+    assert "summary.md that is not the summary of a folder of seeds" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in mine.iterdir()} == before
+
+
 def test_sweep_flags_reach_the_space_and_the_runner(tmp_path, monkeypatch, capsys):
     # The command line's half of `s5jax sweep`: each flag lands in the space or the runner's
     # arguments (the runner itself is exercised end to end above).

@@ -299,6 +299,7 @@ def run_seeds(
         raise ValueError(
             f"{workdir} is a run directory, not a folder of seeds: choose another --workdir"
         )
+    _check_summary_is_ours(workdir, "per_seed", "a folder of seeds")
     configs = {s: seed_config(config, s) for s in seeds}
     for s, cfg in configs.items():
         _finished(workdir / f"seed-{s}", cfg)  # refuses a folder of another config, early
@@ -731,9 +732,34 @@ def _subprocess_launcher(space: SweepSpace, sweepdir: Path, stream: TextIO):
 # --- the sweep ---------------------------------------------------------------------------------
 
 
+def _check_summary_is_ours(folder: Path, key: str, what: str) -> None:
+    """Refuse a `folder` whose summary.json / summary.md were not written by this kind of
+    command (a summary.json without `key`): writing ours would replace a user's files."""
+    path = folder / SUMMARY_JSON
+    if not (path.exists() or (folder / SUMMARY_MD).exists()):
+        return
+    try:
+        ours = key in json.loads(path.read_text())
+    except (OSError, ValueError, TypeError):
+        ours = False
+    if not ours:
+        raise ValueError(
+            f"{folder} holds a {SUMMARY_JSON} or {SUMMARY_MD} that is not the summary of "
+            f"{what}; writing ours would replace it: choose another --workdir"
+        )
+
+
 def _sweep_trials(space: SweepSpace, sweepdir: Path) -> list[dict[str, Any]]:
-    """The trials (dir, values, overrides), from sweep.json when the sweep ran before."""
+    """The trials (dir, values, overrides), from sweep.json when the sweep ran before; a
+    folder that is not empty and holds no sweep.json is refused (it is not a sweep)."""
     recorded = sweepdir / SWEEP_JSON
+    if not recorded.is_file() and sweepdir.is_dir() and any(sweepdir.iterdir()):
+        held = sorted(p.name for p in sweepdir.iterdir())
+        raise ValueError(
+            f"{sweepdir} is not empty ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}) "
+            f"and holds no sweep ({SWEEP_JSON}): choose another --workdir (a sweep writes "
+            "its trials and summary there)"
+        )
     if recorded.is_file():
         try:
             old = json.loads(recorded.read_text())
