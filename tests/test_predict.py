@@ -174,6 +174,21 @@ def test_an_out_that_is_a_folder_or_the_data_is_refused_first(tmp_path, capsys, 
     assert list((tmp_path / "preds").iterdir()) == []
 
 
+def test_a_run_whose_training_file_moved_says_so(tmp_path, capsys):
+    run_dir, path = make_run(tmp_path, features(np.random.default_rng(4), n=8))
+    new = tmp_path / "new.npz"
+    np.savez(new, x=np.zeros((2, 10, 3), np.float32))
+    path.rename(tmp_path / "moved.npz")
+    for argv in (["eval", str(run_dir)],
+                 ["predict", str(run_dir), "--data", str(new), "--out", str(tmp_path / "p.npz")],
+                 ["export", str(run_dir), "--out", str(tmp_path / "exp")]):  # fmt: skip
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"was trained on {path}, which is not there any more: put the file back" in err
+        assert "\n" not in err
+    assert not (tmp_path / "p.npz").exists() and not (tmp_path / "exp").exists()
+
+
 def test_tokens_outside_the_vocabulary_and_floats_for_tokens(tmp_path):
     rng = np.random.default_rng(3)
     arrays = {}

@@ -146,7 +146,15 @@ def load_run(
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} not found: {run_dir} is not an s5jax run directory")
     config = load_experiment(config_path)
-    dataset = dataset if dataset is not None else load_dataset(config.data)
+    if dataset is None:
+        source = Path(config.data.dataset)
+        if source.suffix.lower() in (".npz", ".ts") and not source.exists():
+            raise FileNotFoundError(
+                f"{run_dir} was trained on {source}, which is not there any more: put the file "
+                "back at that path (eval, predict and export rebuild the model's input width, "
+                "classes and normalisation from the training data)"
+            )
+        dataset = load_dataset(config.data)
     run = _Run(config, run_dir, dataset, io.StringIO())
     run.build()
     ckpt = Checkpoints(run_dir)
