@@ -146,3 +146,53 @@ def test_loader_example_runs_without_s5jax_and_matches_the_live_model(tmp_path, 
                  dt=np.ones((4, 10), np.float32))  # fmt: skip
     np.testing.assert_allclose(out["forward_log_probs"], want, **TOL)
     np.testing.assert_allclose(out["step_log_probs"], want, **TOL)
+
+
+def test_a_run_exports_and_predicts_without_its_training_data(tmp_path, capsys):
+    """`s5jax train` records the data's shapes and normalisation in data_spec.json: from it
+    alone (the training file moved away) export and predict --data NEW give what the model
+    rebuilt from the training data gives (spec.json, the exported functions' outputs, the
+    stream's initial state, the predictions); eval, which needs the examples, says what is
+    missing."""
+    rng = np.random.default_rng(5)
+    data = tmp_path / "mine.npz"
+    np.savez(data, **features(rng, n=16, lengths=True, times=True))
+    new = tmp_path / "new.npz"
+    times = np.cumsum(rng.uniform(0.5, 1.5, (3, 10)), axis=1)
+    x_new = rng.standard_normal((3, 10, 3)).astype(np.float32)
+    np.savez(new, x=x_new, lengths=np.array([10, 4, 9]), t=times)
+    run = tmp_path / "run"
+    sets = ["train.epochs=1", "model.n_layers=1", "model.d_model=8", "model.ssm_size=4",
+            "model.blocks=1", "data.normalize=channel", "model.bidirectional=false"]  # fmt: skip
+    argv = ["train", "--data", str(data), "--workdir", str(run), "--no-progress"]
+    assert main([*argv, *(a for s in sets for a in ("--set", s))]) == 0
+    assert json.loads((run / "data_spec.json").read_text())["meta"]["normalization"]["mode"] == (
+        "channel"
+    )
+
+    def outputs(tag):
+        export = ["export", str(run), "--out", str(tmp_path / f"exp-{tag}")]
+        predict = ["predict", str(run), "--data", str(new), "--out", str(tmp_path / f"{tag}.npz")]
+        assert main(export) == 0 and main([*predict, "--no-progress"]) == 0
+        folder = tmp_path / f"exp-{tag}"
+        spec, forward = _load(folder)
+        return (
+            (folder / "spec.json").read_text(),
+            {"forward": forward.call(x_new, np.array([10, 4, 9], np.int32), _dt(times))},
+            dict(np.load(folder / "init_state.npz")),
+            {"online": _steps(folder, spec, x_new, _dt(times))},
+            dict(np.load(tmp_path / f"{tag}.npz")),
+        )
+
+    # the reference: the model rebuilt from the training data itself (no data_spec.json)
+    (run / "data_spec.json").rename(tmp_path / "spec.json")
+    with_data = outputs("with")
+    (tmp_path / "spec.json").rename(run / "data_spec.json")
+    data.rename(tmp_path / "moved.npz")
+    without = outputs("without")
+    assert with_data[0] == without[0]  # spec.json: shapes, normalisation, config
+    for a, b in zip(with_data[1:], without[1:], strict=True):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    capsys.readouterr()
+    assert main(["eval", str(run)]) == 2
+    assert "export and predict --data NEW work without it" in capsys.readouterr().err

@@ -28,6 +28,7 @@ from ..data import PreparedDataset
 from ..data._batches import iterate_batches
 from ..nn import build_model, count_parameters
 from ._checkpoint import Checkpoints
+from ._data_spec import write_data_spec
 from ._datasets import load_dataset
 from ._logging import MetricsLogger
 from ._optim import build_optimizer, describe_groups, format_groups, set_lr_scale
@@ -414,6 +415,7 @@ def _own_run(run: _Run, lock, mode: str, progress: bool, out, defaults=None) -> 
 
     def write_start(folder: Path) -> None:
         dump_json(config, folder / "config.json")
+        write_data_spec(folder, run.dataset)
         info = run_info(
             n_params=run.n_params,
             devices=run.parallel,

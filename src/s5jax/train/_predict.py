@@ -27,6 +27,7 @@ from ..data import DatasetError, PreparedDataset, Split
 from ..data._batches import iterate_batches, num_batches
 from ..data._normalize import EPS, apply_normalization, normalize_inputs
 from ..data._npz import _check_finite, _check_lengths, _check_times, _Reader
+from ._data_spec import SPEC_ONLY
 from ._engine import _host_batch, _model_inputs, _Run
 from ._progress import Progress
 from ._runs import load_run
@@ -226,6 +227,8 @@ def _read_source(run: _Run, expect: _Expect, data, split: str) -> tuple[str | No
     name = None if data is None else str(data)
     if name is None or name == config.data.dataset:
         dataset = run.dataset
+        if dataset.meta.get(SPEC_ONLY):  # the run's own data named by its full path
+            dataset = load_dataset(config.data)
     elif name.endswith(".npz") or Path(name).expanduser().exists():
         where, arrays = _read_npz(Path(name).expanduser(), split, expect)
         # New data gets the training data's normalisation (data.normalize, train statistics).
@@ -371,7 +374,7 @@ def predict_run(
     """
     out = Path(out)
     _check_out(out, data)
-    run = load_run(run_dir, which, dataset=dataset)
+    run = load_run(run_dir, which, dataset=dataset, examples=data is None)
     expect = _Expect.of(run)
     model = eqx.combine(run.params, run.static)
     if stream:
@@ -622,7 +625,7 @@ def export_run(
         raise ValueError(f"--length must be at least 1, got {length}")
     if importlib.util.find_spec("flatbuffers") is None:  # jax.export serialises with it
         raise ValueError("s5jax export needs the flatbuffers package: pip install flatbuffers")
-    run = load_run(run_dir, which, dataset=dataset)
+    run = load_run(run_dir, which, dataset=dataset, examples=False)
     expect = _Expect.of(run)
     model = eqx.combine(run.params, run.static)
     names, forward, fixed = _export_forward(run, expect, length)

@@ -15,6 +15,7 @@ from ..data import PreparedDataset, data_root
 from ..data._normalize import normalize_dataset
 from ..data._uea import announce_val_split
 from ._checkpoint import Checkpoints
+from ._data_spec import DATA_SPEC, dataset_from_spec
 from ._datasets import load_dataset, load_user_data
 from ._defaults import choose_defaults, inspect_data, uncarved
 from ._engine import _Run
@@ -134,12 +135,19 @@ def _data_options(overrides) -> DataConfig:
 
 
 def load_run(
-    run_dir: str | os.PathLike, which: str = "best", *, dataset: PreparedDataset | None = None
+    run_dir: str | os.PathLike,
+    which: str = "best",
+    *,
+    dataset: PreparedDataset | None = None,
+    examples: bool = True,
 ) -> _Run:
     """A finished run rebuilt from `run_dir/config.json`, with its `which` checkpoint loaded.
 
     The model's input width, vocabulary and outputs follow the run's training data, so
     `dataset` (default: the one `config.data` names) must be the data it was trained on.
+    With `examples=False` (the caller needs the model, not the training examples: export,
+    predictions on new data) a run's `data_spec.json` stands in for the data, which then
+    need not be present (`s5jax.train._data_spec`).
     """
     run_dir = Path(run_dir)
     config_path = run_dir / "config.json"
@@ -147,14 +155,11 @@ def load_run(
         raise FileNotFoundError(f"{config_path} not found: {run_dir} is not an s5jax run directory")
     config = load_experiment(config_path)
     if dataset is None:
-        source = Path(config.data.dataset)
-        if source.suffix.lower() in (".npz", ".ts") and not source.exists():
-            raise FileNotFoundError(
-                f"{run_dir} was trained on {source}, which is not there any more: put the file "
-                "back at that path (eval, predict and export rebuild the model's input width, "
-                "classes and normalisation from the training data)"
-            )
-        dataset = load_dataset(config.data)
+        spec = run_dir / DATA_SPEC
+        if not examples and spec.is_file():
+            dataset = dataset_from_spec(spec, rows=config.data.batch_size)
+        else:
+            dataset = _training_data(config, run_dir)
     run = _Run(config, run_dir, dataset, io.StringIO())
     run.build()
     ckpt = Checkpoints(run_dir)
@@ -164,6 +169,23 @@ def load_run(
         ckpt.close()
     run.load_train_state(tree)
     return run
+
+
+def _training_data(config: ExperimentConfig, run_dir: Path) -> PreparedDataset:
+    source = Path(config.data.dataset)
+    if source.suffix.lower() in (".npz", ".ts") and not source.exists():
+        spec = run_dir / DATA_SPEC
+        without = (
+            "; export and predict --data NEW work without it"
+            if spec.is_file()
+            else " (eval, predict and export rebuild the model's input width, classes and "
+            "normalisation from the training data)"
+        )
+        raise FileNotFoundError(
+            f"{run_dir} was trained on {source}, which is not there any more: put the file "
+            f"back at that path{without}"
+        )
+    return load_dataset(config.data)
 
 
 def evaluate_run(
