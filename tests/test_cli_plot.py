@@ -28,7 +28,41 @@ def test_plot_writes_a_png_of_several_runs(tmp_path, capsys):
     assert str(out) in capsys.readouterr().err
     with Image.open(out) as image:
         assert image.format == "PNG" and image.size == COMPARISON_SIZE
+        assert image.info["Software"] == "s5jax"  # the mark that lets a rerun replace it
+    first = out.read_bytes()
     assert main(["plot", str(a), "--out", str(out), "--metric", "train_loss"]) == 0
+    assert out.read_bytes() != first  # an earlier plot is replaced
+
+
+def _users_png(path):
+    Image.new("RGB", (4, 4), "red").save(path, format="PNG")
+
+
+def _users_jpeg(path):
+    Image.new("RGB", (4, 4), "red").save(path, format="JPEG")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (_users_png, "exists and is not a plot written by s5jax"),
+        (_users_jpeg, "exists and is not a plot written by s5jax"),
+        (lambda p: p.write_text("notes"), "exists and is not a plot written by s5jax"),
+        (lambda p: (p.mkdir(), (p / "keep.txt").write_text("x")), "is a folder"),
+    ],
+)
+def test_an_existing_out_that_s5jax_did_not_write_is_kept(tmp_path, capsys, make, message):
+    """`--out` replaces an earlier plot (its PNG carries s5jax's Software mark), never a
+    user's image, file or folder of that name."""
+    run = _run_dir(tmp_path / "run", 2, 1)
+    out = tmp_path / "figure.png"
+    make(out)
+    before = out.read_bytes() if out.is_file() else sorted(out.iterdir())
+    assert main(["plot", str(run), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"s5jax plot: error: --out {out}") and message in err
+    assert err.count("\n") == 1
+    assert (out.read_bytes() if out.is_file() else sorted(out.iterdir())) == before
 
 
 @pytest.mark.parametrize(

@@ -174,6 +174,28 @@ def test_an_out_that_is_a_folder_or_the_data_is_refused_first(tmp_path, capsys, 
     assert list((tmp_path / "preds").iterdir()) == []
 
 
+def test_an_existing_out_is_replaced_only_when_it_holds_predictions(tmp_path, capsys, small):
+    """An earlier predictions file is replaced; a user's other data file, or a file numpy
+    cannot read, under the `--out` name is kept and the command refused before any work."""
+    data = tmp_path / "new.npz"
+    np.savez(data, x=np.zeros((4, 10, 3), np.float32))
+    other = tmp_path / "other.npz"
+    np.savez(other, x=np.ones((2, 10, 3), np.float32), pred=np.zeros(2))
+    text = tmp_path / "notes.npz"
+    text.write_text("not an archive")
+    for out in (other, text):
+        before = out.read_bytes()
+        assert main(["predict", str(small), "--data", str(data), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"s5jax predict: error: --out {out} exists and is not an s5jax")
+        assert err.count("\n") == 1 and out.read_bytes() == before
+    earlier = tmp_path / "pred.npz"
+    np.savez(earlier, log_probs=np.zeros((1, 3)), pred=np.zeros(1, np.int32))
+    assert main(["predict", str(small), "--data", str(data), "--out", str(earlier)]) == 0
+    with np.load(earlier) as f:
+        assert sorted(f.files) == ["log_probs", "pred"] and f["pred"].shape == (4,)
+
+
 def test_a_run_whose_training_file_moved_says_so(tmp_path, capsys):
     run_dir, path = make_run(tmp_path, features(np.random.default_rng(4), n=8))
     new = tmp_path / "new.npz"

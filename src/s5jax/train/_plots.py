@@ -198,11 +198,27 @@ def curves_figure(
     return figure
 
 
+#: The PNG `Software` text chunk of every plot s5jax writes: `s5jax plot --out` replaces an
+#: existing PNG only when it carries this mark (an earlier plot), never a user's image.
+PNG_SOFTWARE = "s5jax"
+
+
 def _save_atomic(figure: Figure, path: Path) -> Path:
-    """Write a PNG through a temporary file and a rename."""
+    """Write a PNG through a temporary file and a rename, marked as written by s5jax."""
     with atomic_open(path) as f:
-        figure.savefig(f, format="png", dpi=DPI)
+        figure.savefig(f, format="png", dpi=DPI, metadata={"Software": PNG_SOFTWARE})
     return path
+
+
+def written_by_s5jax(path: Path) -> bool:
+    """Whether `path` is a PNG whose `Software` text chunk is s5jax's mark (read with Pillow)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            return image.format == "PNG" and image.info.get("Software") == PNG_SOFTWARE
+    except (OSError, UnidentifiedImageError):
+        return False
 
 
 def plot_curves(
@@ -273,10 +289,18 @@ _DEFAULT_METRICS = ("val_accuracy", "val_mse", "val_loss", "train_loss")
 
 
 def _check_out(out: Path, run_dirs: Sequence[Path]) -> None:
-    """Refuse, before reading anything, an `out` that is not a `.png` name or that lies in one
-    of the run directories (it would replace a file of the run, e.g. its metrics)."""
+    """Refuse, before reading anything, an `out` that is not a `.png` name, that lies in one
+    of the run directories (it would replace a file of the run, e.g. its metrics), or that
+    exists and is not a plot s5jax wrote (a user's image or a folder)."""
     if out.suffix.lower() != ".png":
         raise ValueError(f"--out {out}: give a file name ending in .png (the plot is a PNG)")
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give the PNG's name, e.g. {out / 'plot.png'}")
+    if out.exists() and not written_by_s5jax(out):
+        raise ValueError(
+            f"--out {out} exists and is not a plot written by s5jax; give another name or "
+            "move it away"
+        )
     for d in run_dirs:
         if d.is_dir() and out.parent.resolve() == d.resolve():
             raise ValueError(

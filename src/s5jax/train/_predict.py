@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -314,9 +315,24 @@ def _named_outputs(head: str, out) -> dict[str, np.ndarray]:
     return {"pred": out}
 
 
+#: Every array name a predictions file can hold (`_named_outputs`, for any head).
+PREDICTION_KEYS = frozenset({"log_probs", "pred", "mean", "variance"})
+
+
+def _is_predictions(path: Path) -> bool:
+    """Whether `path` is an `.npz` (read with numpy) holding only prediction arrays."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            names = set(f.files)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return False
+    return bool(names) and names <= PREDICTION_KEYS
+
+
 def _check_out(out: Path, data: str | os.PathLike | None) -> None:
     """Refuse, before any work, an `out` that is a folder, not an `.npz` name (it could
-    replace a run's config.json or metrics) or the `data` file itself."""
+    replace a run's config.json or metrics), the `data` file itself, or an existing file
+    that is not an earlier predictions file (a user's data under another name)."""
     if out.is_dir():
         raise ValueError(
             f"--out {out} is a folder; give the predictions file's name, e.g. {out / 'pred.npz'}"
@@ -327,6 +343,11 @@ def _check_out(out: Path, data: str | os.PathLike | None) -> None:
         raise ValueError(
             f"--out {out} is the --data file; writing the predictions would replace the data "
             "(give another name, e.g. pred.npz)"
+        )
+    if out.exists() and not _is_predictions(out):
+        raise ValueError(
+            f"--out {out} exists and is not an s5jax predictions file (one holding only "
+            f"{', '.join(sorted(PREDICTION_KEYS))}); give another name or move it away"
         )
 
 
