@@ -243,6 +243,16 @@ def test_timescales_batches_and_warm_up_at_their_boundaries():
     assert (values["train.epochs"], values["optim.warmup_epochs"]) == (200, 20)
 
 
+def test_counts_are_worded_in_the_singular_for_one():
+    one = _facts(n_train=1, channels=1)
+    assert one.describe().startswith("1 training example (+55 val)")
+    assert ", 1 channel, " in one.describe()
+    assert "1 training example, all in one batch" in {
+        c.key: c.reason for c in choose_defaults(one, {})
+    }["data.batch_size"]
+    assert ", 3 channels, " in _facts(n_train=2, channels=3).describe()
+
+
 def test_epochs_count_steps_of_the_users_batch():
     # 428 examples: the chosen batch 32 takes 13 steps per epoch (232 capped steps: 18
     # epochs); the user's batch 4 takes 107 per epoch, and its cap is 10^7 / (4 x 1344)

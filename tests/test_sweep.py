@@ -369,6 +369,9 @@ def test_device_slots():
          "metric = 'val_acc': expected one of val_accuracy, val_mse, val_loss"),
         ('base = "synthetic"\n[grid]\noptim.ssm_lr = [1e-3, 2e-3, 0.001]\n',
          "[grid] optim.ssm_lr: 0.001 is listed twice"),
+        ('base = "synthetic"\nsamples = 5\n[grid]\noptim.ssm_lr = [1e-3, 2e-3]\n'
+         'model.d_model = [8, 16]\n',
+         "samples = 5 but the grid has only 4 points; give at most 4"),
     ],
 )  # fmt: skip
 def test_space_errors_name_the_key(tmp_path, text, message):
@@ -398,6 +401,14 @@ def test_sweep_value_errors_name_the_trial_key(tmp_path, capsys):
     assert code == 2
     assert "'model.d_model=8,16,8': 8 is listed twice" in capsys.readouterr().err
     assert not (tmp_path / "sw").exists()
+    # more samples than grid points would silently run the whole grid
+    code = main(["sweep", "synthetic", "--set", "model.d_model=8,16", "--set",
+                 "optim.ssm_lr=1e-3,2e-3,4e-3", "--sample", "7",
+                 "--workdir", str(tmp_path / "sw")])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--sample 7 but the grid has only 6 points; give at most 6" in err
+    assert err.count("\n") == 1 and not (tmp_path / "sw").exists()
 
 
 def test_a_folder_that_is_not_a_sweep_or_seeds_keeps_its_files(tmp_path, capsys):

@@ -113,9 +113,9 @@ class DataFacts:
         spread = "" if self.spread is None else f", scale spread {self.spread:.3g}"
         what = "per-step " if self.per_step else ""
         return (
-            f"{self.n_train} training examples"
+            _examples(self.n_train)
             + ("" if self.n_val is None else f" (+{self.n_val} val)")
-            + f", {lengths}, {self.channels} channel(s), "
+            + f", {lengths}, {self.channels} channel{'' if self.channels == 1 else 's'}, "
             f"{what}{self.task}{spread}"
         )
 
@@ -170,6 +170,10 @@ def inspect_data(dataset: PreparedDataset) -> DataFacts:
         n_val=len(dataset.splits["val"]) if "val" in dataset.splits else None,
         val_carved=bool(dataset.meta.get("val_carved", False)),
     )
+
+
+def _examples(n: int) -> str:
+    return f"{n} training example" + ("" if n == 1 else "s")
 
 
 def _pow2(value: float) -> int:
@@ -254,7 +258,7 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
     # 4. width
     width = min(max(_pow2(4 * math.sqrt(facts.n_train)), WIDTH_MIN), WIDTH_MAX)
     why = (
-        f"nearest power of two to 4*sqrt({facts.n_train} training examples), within "
+        f"nearest power of two to 4*sqrt({_examples(facts.n_train)}), within "
         f"[{WIDTH_MIN}, {WIDTH_MAX}]"
     )
     choose("model.d_model", width, why)
@@ -266,7 +270,7 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
     batch = 32 if facts.n_train >= 256 else 16 if facts.n_train >= 64 else 8
     if facts.n_train < batch:  # fewer than 8 examples: one full-batch step per epoch
         batch = facts.n_train
-        why = f"{facts.n_train} training examples, all in one batch"
+        why = f"{_examples(facts.n_train)}, all in one batch"
     else:
         why = f"{facts.n_train} training examples: several steps per epoch"
     choose("data.batch_size", batch, why)
@@ -327,7 +331,7 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
         choose(
             "model.members",
             ENSEMBLE_MEMBERS,
-            f"{facts.n_train} training examples < {ENSEMBLE_BELOW}: a single model's accuracy "
+            f"{_examples(facts.n_train)} < {ENSEMBLE_BELOW}: a single model's accuracy "
             f"moves by points with the seed at this size; {ENSEMBLE_MEMBERS} members' averaged "
             f"probabilities move less ({ENSEMBLE_MEMBERS}x the training compute)",
         )

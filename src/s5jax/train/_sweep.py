@@ -559,6 +559,13 @@ def read_space(path: str | os.PathLike) -> SweepSpace:
             raise _space_error(source, f"{name} = {value!r}: expected a whole number >= 0")
     if table == "random" and samples < 1:
         raise _space_error(source, "[random] needs samples = N (how many trials to draw)")
+    points = math.prod(len(v) for v in keys.values()) if table == "grid" else 0
+    if samples > points > 0:
+        raise _space_error(
+            source,
+            f"samples = {samples} but the grid has only {points} points; give at most "
+            f"{points}, or leave samples out to run every point",
+        )
     metric = raw.get("metric")
     if metric is not None and metric not in METRICS:
         raise _space_error(source, f"metric = {metric!r}: expected one of {', '.join(METRICS)}")
@@ -609,6 +616,12 @@ def space_from_sets(
         raise ConfigError("no key to search: give at least one --set key=a,b,c (or SPACE.toml)")
     if sample < 0:
         raise ValueError(f"--sample must be >= 0, got {sample}")
+    points = math.prod(len(v) for v in grid.values())
+    if sample > points:
+        raise ValueError(
+            f"--sample {sample} but the grid has only {points} points; give at most "
+            f"{points}, or leave --sample out to run every point"
+        )
     if metric is not None and metric not in METRICS:
         raise ValueError(f"--metric {metric!r}: expected one of {', '.join(METRICS)}")
     return SweepSpace(
