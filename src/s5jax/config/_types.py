@@ -147,6 +147,15 @@ def check_fields(obj: Any, section: str) -> None:
         object.__setattr__(obj, name, value)
 
 
+def _whole(text: str) -> int | None:
+    """The whole number a float literal such as `1e3` or `64.0` spells, else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) and value == int(value) else None
+
+
 def parse_string(path: str, text: str, hint: Any) -> Any:
     """Parse command-line text into a value of type `hint`.
 
@@ -183,8 +192,13 @@ def parse_string(path: str, text: str, hint: Any) -> Any:
             value = float(text)
             if math.isfinite(value):
                 return value
+            raise ConfigError(f"{path}={text!r}: expected a finite number")
+    except ConfigError:
+        raise
     except ValueError:
         pass
+    if hint is int and _whole(text) is not None:
+        raise ConfigError(f"{path}={text!r}: expected int; write it as {_whole(text)}")
     if hint in (bool, int, float):
         raise ConfigError(f"{path}={text!r}: expected {describe_type(hint)}")
     raise ConfigError(f"{path}: a {describe_type(hint)} cannot be set from the command line")
