@@ -86,6 +86,41 @@ def test_missing_dataset_says_what_to_download(tmp_path, monkeypatch, capsys):
     assert "aclImdb" in err and str(tmp_path) in err
 
 
+@pytest.mark.parametrize(
+    "name", ["listops", "pathfinder", "pathx", "text", "retrieval", "image", "smnist", "speech35"]
+)
+def test_missing_data_names_the_flags_that_point_elsewhere(tmp_path, monkeypatch, capsys, name):
+    """Each reader's missing-data message names the command-line ways to give a copy elsewhere
+    (not only the Python argument), and the generator where there is one."""
+    monkeypatch.setenv("S5JAX_DATA", str(tmp_path))
+    assert main(["data", "prepare", name]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("s5jax data: error: ") and err.count("\n") == 1
+    assert "`--source PATH` (`s5jax data prepare`)" in err
+    assert "`--set data.root=PATH` (`s5jax train`)" in err
+    generates = name in ("listops", "pathfinder", "pathx")
+    assert (f"`s5jax data prepare {name} --generate`" in err) == generates
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["data", "prepare", "mnist"], "unknown dataset 'mnist': did you mean smnist, psmnist?"),
+        (["data", "prepare", "speech"], "unknown dataset 'speech': did you mean speech35?"),
+        (["data", "prepare", "synthetic"], "synthetic is generated in memory"),
+        (["train", "listops", "--set", "data.dataset=cifar", "--workdir", "W"],
+         "data.dataset = 'cifar': did you mean scifar? known datasets: image,"),
+    ],
+)  # fmt: skip
+def test_an_unknown_dataset_name_suggests_the_close_ones(tmp_path, capsys, argv, message):
+    argv = [str(tmp_path / a) if a == "W" else a for a in argv]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not (tmp_path / "W").exists()
+
+
 def test_list_shows_experiments_and_data_status(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("S5JAX_DATA", str(tmp_path))
     assert main(["list"]) == 0

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import DatasetError, data_root
+from ._common import ELSEWHERE, DatasetError, data_root
 from ._prepared import PreparedDataset, Split, load_prepared, save_prepared
 from ._vocab import (
     N_CODEPOINTS,
@@ -56,7 +56,7 @@ def _missing_message(source: Path) -> str:
     return (
         f"AAN retrieval data not found under {source} (looked for tsv_data/{_FILES['train']}). "
         "Download the Long Range Arena release archive `lra_release.gz` and extract it into "
-        f"{root}, so that {target} exists (or pass the tsv_data folder)."
+        f"{root}, so that {target} exists. {ELSEWHERE}"
     )
 
 

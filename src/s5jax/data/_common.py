@@ -66,6 +66,13 @@ class DatasetError(ValueError):
     """A dataset is missing, malformed or inconsistent. The message names the file and the fix."""
 
 
+#: How to point s5jax at a copy outside the data root, on each command (and in Python).
+ELSEWHERE = (
+    "A copy elsewhere: give its folder as `--source PATH` (`s5jax data prepare`), "
+    "`--set data.root=PATH` (`s5jax train`) or `source=` (Python)."
+)
+
+
 def data_root() -> Path:
     """The folder under which datasets are looked for and cached.
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import DatasetError, data_root
+from ._common import ELSEWHERE, DatasetError, data_root
 from ._prepared import PreparedDataset, Split, load_prepared, save_prepared
 from ._vocab import (
     N_CODEPOINTS,
@@ -53,8 +53,7 @@ def _missing_message(source: Path) -> str:
     return (
         f"IMDB reviews not found under {source} (looked for aclImdb/train/pos). Download "
         "the Stanford Large Movie Review Dataset archive `aclImdb_v1.tar.gz` and extract it "
-        f"into {root}, so that {root / 'aclImdb' / 'train' / 'pos'} exists "
-        "(or pass the aclImdb folder)."
+        f"into {root}, so that {root / 'aclImdb' / 'train' / 'pos'} exists. {ELSEWHERE}"
     )
 
 

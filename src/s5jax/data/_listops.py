@@ -23,7 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import GENERATED_FILE, DatasetError, atomic_dir, data_root, read_generated
+from ._common import (
+    ELSEWHERE,
+    GENERATED_FILE,
+    DatasetError,
+    atomic_dir,
+    data_root,
+    read_generated,
+)
 from ._prepared import PreparedDataset, Split, load_prepared, save_prepared
 from ._vocab import (
     Progress,
@@ -315,8 +322,8 @@ def _missing_message(source: Path) -> str:
         f"ListOps not found under {source} (looked for listops-1000/basic_train.tsv). "
         "Download the Long Range Arena release archive `lra_release.gz` and extract it into "
         f"{root}, so that {root / 'lra_release' / 'lra_release' / _FOLDER / _FILES['train']} "
-        "exists (or pass the folder holding basic_{train,val,test}.tsv). Or generate a "
-        "synthetic copy with `generate_listops` (not comparable with published numbers)."
+        f"exists. {ELSEWHERE} Or generate a synthetic copy with `s5jax data prepare listops "
+        "--generate` (`generate_listops` in Python; not comparable with published numbers)."
     )
 
 

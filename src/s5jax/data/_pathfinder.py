@@ -53,6 +53,10 @@ def _name(resolution: int, difficulty: str) -> str:
     return base if difficulty == DIFFICULTY else f"{base}_{difficulty}"
 
 
+#: The `s5jax data prepare` name that generates each resolution.
+_GENERATE = {32: "pathfinder", 128: "pathx"}
+
+
 def _locate(source: Path, resolution: int, difficulty: str) -> Path:
     folder = f"pathfinder{resolution}"
     candidates = [source / folder, source / "lra_release" / folder]
@@ -69,7 +73,13 @@ def _locate(source: Path, resolution: int, difficulty: str) -> Path:
             source / nested / "metadata",
             f"Download the Long Range Arena archive {ARCHIVE} yourself and extract it into "
             f"{source}; its {folder}/ folder may sit directly in that folder, under lra_release/ "
-            "or under lra_release/lra_release/.",
+            "or under lra_release/lra_release/."
+            + (
+                f" Or generate a synthetic copy with `s5jax data prepare {_GENERATE[resolution]} "
+                "--generate` (not comparable with published numbers)."
+                if resolution in _GENERATE
+                else ""
+            ),
             resolve_source(None, DEFAULT_SOURCE) / nested,
         )
     )

@@ -9,6 +9,7 @@ data in the documented format; a path ending in `.ts` is a UEA/UCR `NAME_TRAIN.t
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -143,8 +144,8 @@ def load_dataset(data_cfg) -> PreparedDataset:
         return normalize_dataset(load_user_data(name, data_cfg), data_cfg.normalize)
     if name not in DATASETS:
         raise ValueError(
-            f"data.dataset must be one of {sorted(DATASETS)} or a path to a .npz file or a "
-            f"NAME_TRAIN.ts file, got {name!r}"
+            f"data.dataset = {name!r}: {_close(name, sorted(DATASETS))}known datasets: "
+            f"{', '.join(sorted(DATASETS))}; or a path to a .npz file or a NAME_TRAIN.ts file"
         )
     dataset = DATASETS[name](data_cfg)
     if name != "synthetic":  # synthetic is made to the requested sizes already
@@ -193,11 +194,22 @@ def limit_and_check(dataset: PreparedDataset, data_cfg) -> PreparedDataset:
     return dataclasses.replace(dataset, splits=splits, meta=meta)
 
 
+def _close(name: str, names: list[str]) -> str:
+    """ "did you mean ...? " for a mistyped or shortened name (`mnist`, `cifar`), else ""."""
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    close += [n for n in names if len(name) >= 3 and name in n and n not in close]
+    return f"did you mean {', '.join(close)}? " if close else ""
+
+
 def prepare_named(name: str, source=None) -> PreparedDataset:
     """Prepare the registered dataset `name` from `source` (default: under the data root)."""
-    if name not in DATASETS or name == "synthetic":
-        names = sorted(n for n in DATASETS if n != "synthetic")
-        raise ValueError(f"dataset must be one of {names}, got {name!r}")
+    if name == "synthetic":
+        raise ValueError("synthetic is generated in memory when a run starts; nothing to prepare")
+    if name not in DATASETS:
+        names = sorted([*(n for n in DATASETS if n != "synthetic"), "uea"])
+        raise ValueError(
+            f"unknown dataset {name!r}: {_close(name, names)}known datasets: {', '.join(names)}"
+        )
 
     class _Cfg:
         root = None if source is None else str(source)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._common import DatasetError, data_root
+from .._common import ELSEWHERE, DatasetError, data_root
 from .._prepared import PreparedDataset, load_prepared, save_prepared
 
 __all__ = [
@@ -85,8 +85,7 @@ def missing_source(what: str, expected: Path, instruction: str, default: Path) -
     """
     return (
         f"{what} not found: expected {expected}. {instruction} The default location is {default} "
-        f"under the data root {data_root()} (set $S5JAX_DATA to move the data root, or pass the "
-        "source folder explicitly)."
+        f"(the data root is {data_root()}; set $S5JAX_DATA to move it). {ELSEWHERE}"
     )
 
 
