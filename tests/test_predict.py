@@ -196,6 +196,31 @@ def test_an_existing_out_is_replaced_only_when_it_holds_predictions(tmp_path, ca
         assert sorted(f.files) == ["log_probs", "pred"] and f["pred"].shape == (4,)
 
 
+def test_an_unknown_split_names_the_splits(capsys, small):
+    assert main(["eval", str(small), "--split", "nope"]) == 2
+    err = capsys.readouterr().err
+    want = "--split 'nope': the run's data has the splits test, train, val"
+    assert err == f"s5jax eval: error: {want}\n"
+
+
+def test_a_named_dataset_of_another_width_is_a_one_line_error(tmp_path, capsys):
+    """`--data synthetic` (D = 1) on a run trained on D = 3 with per-channel statistics: the
+    width is checked before the run's normalisation (it failed inside numpy's broadcasting)."""
+    run_dir, _ = make_run(tmp_path, features(np.random.default_rng(5), n=8),
+                          "data.normalize=channel")  # fmt: skip
+    assert json.loads((run_dir / "config.json").read_text())["data"]["normalize"] == "channel"
+    out = tmp_path / "p.npz"
+    for split, words in (
+        ("test", "this run's model reads (N, L, D) float features with D = 3"),
+        ("nope", "--split 'nope': synthetic has the splits test, train, val"),
+    ):
+        argv = ["predict", str(run_dir), "--data", "synthetic", "--split", split, "--out", str(out)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("s5jax predict: error: ") and words in err and err.count("\n") == 1
+    assert not out.exists()
+
+
 def test_a_run_whose_training_file_moved_says_so(tmp_path, capsys):
     run_dir, path = make_run(tmp_path, features(np.random.default_rng(4), n=8))
     new = tmp_path / "new.npz"

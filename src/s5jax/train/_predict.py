@@ -220,6 +220,13 @@ def _read_npz(path: Path, split: str, expect: _Expect) -> tuple[str | None, dict
     return where, {"x": x, "y": y, "lengths": lengths, "t": t}
 
 
+def _check_split(dataset: PreparedDataset, split: str) -> None:
+    if split not in dataset.splits:
+        raise ValueError(
+            f"--split {split!r}: {dataset.name} has the splits {', '.join(sorted(dataset.splits))}"
+        )
+
+
 def _read_source(run: _Run, expect: _Expect, data, split: str) -> tuple[str | None, dict, str]:
     """(split name or None for the x-only form, checked arrays, a name for messages)."""
     from ._datasets import DATASETS, load_dataset
@@ -238,14 +245,17 @@ def _read_source(run: _Run, expect: _Expect, data, split: str) -> tuple[str | No
         return where, arrays, name
     elif name in DATASETS:
         raw = load_dataset(replace(config.data, dataset=name, normalize="none"))
+        # Checked before the run's normalisation, whose statistics have the run's width.
+        _check_split(raw, split)
+        error = _error_for(f"dataset {raw.name!r}, split {split!r}")
+        _check_inputs(np.asarray(raw.splits[split].x), expect, error)
         dataset = apply_normalization(raw, run.dataset.meta.get("normalization"))
     else:
         raise FileNotFoundError(
             f"--data {name}: no such file; give an .npz file or a dataset name "
             f"(one of {', '.join(sorted(DATASETS))})"
         )
-    if split not in dataset.splits:
-        raise ValueError(f"--split must be one of {sorted(dataset.splits)}, got {split!r}")
+    _check_split(dataset, split)
     s = dataset.splits[split]
     error = _error_for(f"dataset {dataset.name!r}, split {split!r}")
     arrays = {"x": _check_inputs(np.asarray(s.x), expect, error), "y": s.y,

@@ -202,6 +202,9 @@ def evaluate_run(
     """
     run = load_run(run_dir, which, dataset=dataset)
     if split not in run.dataset.splits:
-        raise ValueError(f"split must be one of {sorted(run.dataset.splits)}, got {split!r}")
+        raise ValueError(
+            f"--split {split!r}: the run's data has the splits "
+            f"{', '.join(sorted(run.dataset.splits))}"
+        )
     result = run.evaluate(split, step_rescale)
     return {"split": split, "step_rescale": step_rescale, "checkpoint": which, **result}
