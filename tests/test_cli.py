@@ -1,6 +1,7 @@
 """The `s5jax` command, called in process: train, eval, list, data prepare and their errors."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,6 +120,24 @@ def test_an_unknown_dataset_name_suggests_the_close_ones(tmp_path, capsys, argv,
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
     assert not (tmp_path / "W").exists()
+
+
+def test_a_data_root_that_is_a_file_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """`$S5JAX_DATA` naming a file: one line before the pendulum is generated (it failed when
+    writing the cache, after the work); an empty `$S5JAX_DATA` is the default `./data`."""
+    from s5jax.data import data_root
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv("S5JAX_DATA", str(afile))
+    for argv in (["data", "prepare", "pendulum"], ["list"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"$S5JAX_DATA={afile} is a file, not a folder" in err and err.count("\n") == 1
+    assert afile.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+    monkeypatch.setenv("S5JAX_DATA", "")
+    monkeypatch.chdir(tmp_path)
+    assert data_root() == Path("data")
 
 
 def test_list_shows_experiments_and_data_status(tmp_path, monkeypatch, capsys):

@@ -103,6 +103,52 @@ def test_quiet_silences_info_and_verbose_shows_debug(capsys, restore_s5jax_logge
     assert capsys.readouterr().err == "s5jax: warning: a warning\n"
 
 
+# The shortest valid command line of each command, and where the global flags go in it: after
+# the command (`data` takes them before its sub-command too).
+COMMAND_LINES = {
+    "train": ["train", "synthetic"],
+    "eval": ["eval", "r"],
+    "predict": ["predict", "r", "--out", "p.npz"],
+    "export": ["export", "r", "--out", "e"],
+    "plot": ["plot", "r", "--out", "p.png"],
+    "sweep": ["sweep", "space.toml"],
+    "list": ["list"],
+    "config": ["config", "x"],
+    "data prepare": ["data", "prepare", "x"],
+    "data": ["data", "{flag}", "prepare", "x"],
+}
+
+
+@pytest.mark.parametrize("command", COMMAND_LINES)
+def test_global_flags_are_accepted_after_every_command(command):
+    """`s5jax train ... -q` (a flag added at the end of a command line) means `s5jax -q train
+    ...`: one parse per command, the nested `data prepare` included."""
+    argv = COMMAND_LINES[command]
+    if "{flag}" not in argv:
+        argv = [*argv, "{flag}"]
+    parser = _parser()
+    plain = parser.parse_args([a for a in argv if a != "{flag}"])
+    assert (plain.quiet, plain.verbose, plain.debug) == (False, False, False)
+    for flag, want in (("-q", (True, False, False)), ("--verbose", (False, True, False)),
+                       ("--debug", (False, False, True))):  # fmt: skip
+        args = parser.parse_args([flag if a == "{flag}" else a for a in argv])
+        assert (args.quiet, args.verbose, args.debug) == want
+
+
+def test_quiet_or_verbose_after_the_command_sets_the_level(capsys, restore_s5jax_logger):
+    assert main(["config", "synthetic", "-q"]) == 0
+    logging.getLogger("s5jax.test").info("an info message")
+    assert "an info message" not in capsys.readouterr().err
+    assert main(["config", "synthetic", "-v"]) == 0
+    assert "s5jax: loaded experiment 'synthetic'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # one before the command, the other after it
+        main(["-q", "config", "synthetic", "-v"])
+    assert exc.value.code == 2
+    assert "s5jax: error: -q/--quiet and -v/--verbose exclude each other" in (
+        capsys.readouterr().err
+    )
+
+
 def test_quiet_and_verbose_exclude_each_other(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["-q", "-v", "list"])

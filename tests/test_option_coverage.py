@@ -173,11 +173,18 @@ OBSERVED = {
     "s5jax sweep --no-progress": "tests/test_sweep.py::test_sweep_flags_reach_the_space_and_the_runner",
     "s5jax data prepare --missing": "tests/test_data_uea.py::test_prepare_uea_writes_npz_that_load_user_npz_reads_the_same",
 }
-# `s5jax <command> --debug` (the flag repeated after each command) is one loop in `_parser`.
-for _command in ("train", "eval", "predict", "export", "plot", "list", "config", "data", "sweep"):
+# `s5jax <command> --debug` / `-q` / `-v` (the global flags repeated after each command) are
+# one loop in `_parser`.
+_COMMANDS = ("train", "eval", "predict", "export", "plot", "list", "config", "data",
+             "data prepare", "sweep")  # fmt: skip
+for _command in _COMMANDS:
     OBSERVED[f"s5jax {_command} --debug"] = (
         f"{HERE}::test_debug_after_the_command_prints_the_traceback"
     )
+    for _flag in ("--quiet", "--verbose"):
+        OBSERVED[f"s5jax {_command} {_flag}"] = (
+            "tests/test_cli_conventions.py::test_global_flags_are_accepted_after_every_command"
+        )
 
 UNOBSERVED = {
     # Records of the published figure: data, read by no code (only written back by dump/TOML).

@@ -3,6 +3,7 @@
 s5jax [-q|-v] COMMAND ...                      less / more messages on stderr
 s5jax --version
 s5jax [--debug] COMMAND ...                    a traceback with every error
+                                               (-q, -v, --debug also after COMMAND)
 s5jax train EXPERIMENT|CONFIG.toml [--set a.b=c ...] [--workdir DIR]
             [--resume | --resume-or-start | --overwrite]
 s5jax train --data FILE.npz [--set ...]        your own data, default model
@@ -231,7 +232,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     _config_parser(sub)
     _data_parser(sub)
-    for command in sub.choices.values():  # `s5jax train ... --debug` works too
+    for command in _command_parsers(sub):  # `s5jax train ... --debug -q` works too
+        level = command.add_mutually_exclusive_group()
+        level.add_argument(
+            "-q",
+            "--quiet",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="only warnings and errors on stderr",
+        )
+        level.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="debug messages on stderr",
+        )
         command.add_argument(
             "--debug",
             action="store_true",
@@ -239,6 +255,18 @@ def _parser() -> argparse.ArgumentParser:
             help="print the Python traceback of an error",
         )
     return parser
+
+
+def _command_parsers(sub) -> list[argparse.ArgumentParser]:
+    """The parsers of the commands under the sub-parsers action `sub`, nested ones (`data`
+    and `data prepare`) included: the global flags are accepted after a command too."""
+    parsers = []
+    for command in sub.choices.values():
+        parsers.append(command)
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += _command_parsers(action)
+    return parsers
 
 
 def _data_parser(sub) -> None:
@@ -775,7 +803,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the `s5jax` command; returns the exit status."""
     # Before JAX starts its CPU backend: XLA's per-step buffers stay in the heap (s5jax._malloc).
     tuned = configure_cpu_malloc()
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.quiet and args.verbose:  # one before the command, the other after it
+        parser.error("-q/--quiet and -v/--verbose exclude each other")
     _configure_logging(args.quiet, args.verbose)
     from ..data import set_progress_factory
 

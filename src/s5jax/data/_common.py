@@ -76,9 +76,19 @@ ELSEWHERE = (
 def data_root() -> Path:
     """The folder under which datasets are looked for and cached.
 
-    `$S5JAX_DATA` if set, else `./data` relative to the current working directory.
+    `$S5JAX_DATA` if set (and not empty), else `./data` relative to the current working
+    directory. Raises `DatasetError` when that path is a file: every reader and generator would
+    otherwise fail only when it writes its cache, after the work.
     """
-    return Path(os.environ.get(DATA_ROOT_ENV, "data")).expanduser()
+    value = os.environ.get(DATA_ROOT_ENV) or ""
+    root = Path(value or "data").expanduser()
+    if root.exists() and not root.is_dir():
+        where = f"${DATA_ROOT_ENV}={value}" if value else f"the default data root {root}"
+        raise DatasetError(
+            f"{where} is a file, not a folder; set ${DATA_ROOT_ENV} to the folder that holds "
+            "(or will hold) the datasets"
+        )
+    return root
 
 
 def atomic_save_npz(path: str | os.PathLike, *, compressed: bool = False, **arrays) -> None:
