@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -268,8 +269,16 @@ def test_circular_base_is_an_error(tmp_path):
 
 
 def test_unknown_experiment_names_close_matches():
-    with pytest.raises(ConfigError, match="did you mean listops"):
+    with pytest.raises(ConfigError, match="did you mean listops") as e:
         load_experiment("listop")
+    # the paper's experiments listed, the ablations counted
+    ablations = [n for n in list_experiments() if "-ablation-" in n]
+    assert "pendulum-drop, psmnist" in str(e.value) and "-ablation-" not in str(e.value)
+    assert f"and {len(ablations)} ablations (`s5jax list` shows all)" in str(e.value)
+    for text, close in (("modle.d_model=3", "did you mean model?"),
+                        ("model.dmodel=3", "did you mean d_model?")):  # fmt: skip
+        with pytest.raises(ConfigError, match=re.escape(close)):
+            apply_overrides(load_experiment("listops"), [text])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,7 +420,18 @@ def test_cross_section_and_file_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"bad\.toml.*model\.activation = 'relu'"):
         load_experiment(bad)
     bad.write_text("[model]\nsize = 3\n")
-    with pytest.raises(ConfigError, match=r"unknown key 'size'; valid keys of \[model\]"):
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'size'; (did you mean .*\? )?valid keys of \[model\]"
+    ):
+        load_experiment(bad)
+    bad.write_text("[model]\nd_modle = 3\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'd_modle'; did you mean d_model\? valid"):
+        load_experiment(bad)
+    bad.write_text("[modle]\nd_model = 3\n")
+    with pytest.raises(ConfigError, match=r"top-level key 'modle'; did you mean model\? valid"):
+        load_experiment(bad)
+    bad.write_text('base = "lisops"\n')
+    with pytest.raises(ConfigError, match=r"bad\.toml: base = 'lisops': unknown experiment"):
         load_experiment(bad)
     bad.write_text("[model\n")
     with pytest.raises(ConfigError, match="cannot parse"):

@@ -24,7 +24,7 @@ from ._schema import (
     PaperResult,
     TrainConfig,
 )
-from ._types import ConfigError, FloatTable, field_hints
+from ._types import ConfigError, FloatTable, did_you_mean, field_hints
 
 log = logging.getLogger("s5jax")
 
@@ -77,7 +77,8 @@ REMOVED = {
 #: predict as they did), with an info line; a TOML config gets the new default.
 ADDED = {
     ("model", "head_activation"): (
-        "relu", "the Gaussian head used ReLU before it was a setting",
+        "relu",
+        "the Gaussian head used ReLU before it was a setting",
         lambda section: section.get("head") == "gaussian",
     ),
 }
@@ -114,7 +115,8 @@ def _section(cls: type, key: str, raw: Any, source: str | None = None) -> Any:
     unknown = [k for k in raw if k not in valid]
     if unknown:
         raise ConfigError(
-            f"{key}: unknown key {unknown[0]!r}; valid keys of [{key}]: {', '.join(valid)}"
+            f"{key}: unknown key {unknown[0]!r}; {did_you_mean(unknown[0], valid)}"
+            f"valid keys of [{key}]: {', '.join(valid)}"
         )
     return cls(**raw)
 

@@ -22,7 +22,7 @@ from typing import Any
 from ._dict import SECTIONS, from_dict
 from ._overrides import apply_overrides
 from ._schema import ExperimentConfig
-from ._types import ConfigError
+from ._types import ConfigError, did_you_mean
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -72,9 +72,12 @@ def _unknown(name: str) -> ConfigError:
     names = list_experiments()
     close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
+    # The ablations (a `-ablation-` in the name) are counted, not listed: 55 names hide the rest.
+    main = [n for n in names if "-ablation-" not in n]
     return ConfigError(
-        f"unknown experiment {name!r}: {hint}known experiments: {', '.join(names)}; "
-        "or give the path of a .toml or .json file"
+        f"unknown experiment {name!r}: {hint}known experiments: {', '.join(main)} and "
+        f"{len(names) - len(main)} ablations (`s5jax list` shows all); or give the path of a "
+        ".toml or .json file"
     )
 
 
@@ -132,6 +135,8 @@ def _resolve(
         raise ConfigError(f"{source}: base = {base!r}: expected an experiment name or a path")
     # A packaged experiment's base is always a packaged name; a user's file may also name a
     # file relative to its own folder.
+    if not _looks_like_path(base) and base not in list_experiments():
+        raise ConfigError(f"{source}: base = {base!r}: {_unknown(base)}")
     parent, _ = _resolve(base, folder, (*seen, source))
     merged = dict(raw)
     for key in _MERGED:
@@ -163,8 +168,9 @@ def load_experiment(
     unknown = [k for k in raw if k not in ("name", "description", *SECTIONS)]
     if unknown:
         raise ConfigError(
-            f"{source}: unknown top-level key {unknown[0]!r}; valid keys: name, description, "
-            f"base, {', '.join(SECTIONS)}"
+            f"{source}: unknown top-level key {unknown[0]!r}; "
+            f"{did_you_mean(unknown[0], ('name', 'description', 'base', *SECTIONS))}"
+            f"valid keys: name, description, base, {', '.join(SECTIONS)}"
         )
     try:
         cfg = from_dict(raw, dumped=str(source).endswith(".json"))

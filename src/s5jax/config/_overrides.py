@@ -13,7 +13,7 @@ from typing import Any
 
 from ._dict import SECTIONS, from_dict, to_dict
 from ._schema import ExperimentConfig
-from ._types import ConfigError, field_hints, parse_string
+from ._types import ConfigError, did_you_mean, field_hints, parse_string
 
 __all__ = ["apply_overrides", "parse_override"]
 
@@ -48,13 +48,14 @@ def parse_override(text: str) -> tuple[str, Any]:
     section, name = parts
     if section not in SECTIONS:
         raise ConfigError(
-            f"override {text!r}: unknown section {section!r}; valid sections: {', '.join(SECTIONS)}"
+            f"override {text!r}: unknown section {section!r}; {did_you_mean(section, SECTIONS)}"
+            f"valid sections: {', '.join(SECTIONS)}"
         )
     hints = field_hints(SECTIONS[section])
     if name not in hints:
         raise ConfigError(
-            f"override {text!r}: unknown key {key!r}; valid keys of [{section}]: "
-            + ", ".join(hints)
+            f"override {text!r}: unknown key {key!r}; {did_you_mean(name, hints)}"
+            f"valid keys of [{section}]: {', '.join(hints)}"
         )
     return key, parse_string(key, value, hints[name])
 

@@ -10,6 +10,7 @@ command-line override into one.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import types
@@ -50,6 +51,12 @@ def _optional_inner(hint: Any) -> Any | None:
         if len(args) == 1 and len(typing.get_args(hint)) == 2:
             return args[0]
     return None
+
+
+def did_you_mean(word: str, choices) -> str:
+    """`"did you mean a, b? "` for the names among `choices` close to a mistyped `word`, or ""."""
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
+    return f"did you mean {', '.join(close)}? " if close else ""
 
 
 def describe_type(hint: Any) -> str:
