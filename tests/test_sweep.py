@@ -52,6 +52,8 @@ def test_parse_seeds():
     assert parse_seeds("0-3") == [0, 1, 2, 3]
     assert parse_seeds("0,3,5") == [0, 3, 5]
     assert parse_seeds("0-2,9,1") == [0, 1, 2, 9]
+    assert parse_seeds("5,0-3,2,9") == [5, 0, 1, 2, 3, 9]  # the order given, repeats dropped
+    assert parse_seeds("10-99999,0-20") == [*range(10, 100_000), *range(10)]
     for bad in ("", "a", "3-1", "1-", "-2"):
         with pytest.raises(ValueError, match="--seeds"):
             parse_seeds(bad)

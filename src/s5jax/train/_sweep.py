@@ -60,7 +60,7 @@ SUMMARY_JSON, SUMMARY_MD, SWEEP_JSON = "summary.json", "summary.md", "sweep.json
 
 def parse_seeds(text: str) -> list[int]:
     """`"0-19"`, `"0,3,5"` or `"0-4,9"` → the seeds, in the order given, without repeats."""
-    seeds: list[int] = []
+    seeds: dict[int, None] = {}  # ordered, and a set for the repeats (0-99999 is 1e5 seeds)
     for part in str(text).split(","):
         part = part.strip()
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
@@ -74,8 +74,8 @@ def parse_seeds(text: str) -> list[int]:
             raise ValueError(
                 f"--seeds {text!r}: the range {part!r} runs backwards; write {hi}-{lo}"
             )
-        seeds.extend(s for s in range(lo, hi + 1) if s not in seeds)
-    return seeds
+        seeds.update(dict.fromkeys(range(lo, hi + 1)))
+    return list(seeds)
 
 
 def _finished(run_dir: Path, config: ExperimentConfig) -> dict[str, Any] | None:
