@@ -242,8 +242,9 @@ def initialize_multihost(
             initialization_timeout=int(timeout) + 60,
         )
     except (ValueError, TypeError) as e:  # what JAX could not detect
+        reason = " ".join(str(e).split()).rstrip(".")
         raise ValueError(
-            f"--multihost: {' '.join(str(e).split())}; outside SLURM, Open MPI and Cloud TPU "
+            f"--multihost: {reason}; outside SLURM, Open MPI and Cloud TPU "
             "give --coordinator HOST:PORT, --num-processes N and --process-id I"
         ) from None
     finally:
