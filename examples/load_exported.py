@@ -93,6 +93,8 @@ def main(argv=None) -> int:
     parser.add_argument("--length", type=int, default=16, help="random sequences' length")
     parser.add_argument("--save", type=Path, help="write inputs and outputs to this .npz")
     args = parser.parse_args(argv)
+    if not (args.folder / "spec.json").is_file():
+        parser.error(f"{args.folder} holds no spec.json: give a folder written by `s5jax export`")
     spec, forward, step, init = load(args.folder)
     inputs = make_inputs(spec, args.data, args.n, args.length)
     names = [o["name"] for o in spec["forward"]["outputs"]]
