@@ -123,7 +123,10 @@ def test_data_root_is_prepared_at_data_seq_len(tmp_path, monkeypatch):
         (["--generate", "--n-val", "0"], "--n-val must be at least 1"),
         (["--generate", "--min-length", "-1"], "--min-length must be non-negative"),
         (["--generate", "--min-length", "10", "--max-length", "11"], "hold no tree"),
-        (["--generate", "--max-length", "400"], "hold no tree"),  # default min 500
+        (
+            ["--generate", "--max-length", "400"],
+            "--min-length 500 (the default) and --max-length 400 hold no tree",
+        ),
         (["--generate", "--count", "5"], "--count applies to pathfinder and pathx only"),
     ],
 )

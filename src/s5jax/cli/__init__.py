@@ -652,23 +652,38 @@ def _check_listops_options(args) -> None:
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
-    lo, hi = args.min_length, args.max_length
-    if lo is not None and lo < 0:
-        raise ValueError(f"--min-length must be non-negative, got {lo}")
-    lo, hi = 500 if lo is None else lo, 2000 if hi is None else hi
+    if args.min_length is not None and args.min_length < 0:
+        raise ValueError(f"--min-length must be non-negative, got {args.min_length}")
+    lo, hi = _listops_lengths(args)
     if hi - lo < 2:
+        said = {
+            flag: f"{flag} {value}" + (" (the default)" if given is None else "")
+            for flag, value, given in (("--min-length", lo, args.min_length),
+                                       ("--max-length", hi, args.max_length))
+        }  # fmt: skip
         raise ValueError(
-            f"lengths strictly between --min-length {lo} and --max-length {hi} hold no tree: "
-            "need max-length >= min-length + 2"
+            f"lengths strictly between {said['--min-length']} and {said['--max-length']} hold "
+            "no tree: need max-length >= min-length + 2"
         )
+
+
+def _listops_lengths(args) -> tuple[int, int]:
+    """`--min-length`, `--max-length` or the generator's defaults (the LRA release's)."""
+    import inspect
+
+    from ..data import generate_listops
+
+    defaults = inspect.signature(generate_listops).parameters
+    lo = defaults["min_length"].default if args.min_length is None else args.min_length
+    hi = defaults["max_length"].default if args.max_length is None else args.max_length
+    return lo, hi
 
 
 def _generate_listops(args, seed: int):
     from .. import data as d
     from ..data._listops import LISTOPS_L_MAX
 
-    lo = 500 if args.min_length is None else args.min_length
-    hi = 2000 if args.max_length is None else args.max_length
+    lo, hi = _listops_lengths(args)
     l_max = LISTOPS_L_MAX if args.l_max is None else args.l_max
     if l_max < hi:
         log.warning(
