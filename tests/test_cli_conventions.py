@@ -149,6 +149,28 @@ def test_quiet_or_verbose_after_the_command_sets_the_level(capsys, restore_s5jax
     )
 
 
+def test_quiet_training_prints_its_result_on_stdout_and_only_warnings_on_stderr(
+    tmp_path, capsys, monkeypatch, restore_s5jax_logger
+):
+    """`s5jax -q train`: no per-epoch lines, parameter table or progress on stderr, the result
+    table on stdout; the trainer's warnings (model.remat on CPU, bf16 without bf16 arithmetic:
+    one stands in for both here, as which applies depends on the host) still show."""
+    from s5jax.train import _engine
+
+    monkeypatch.setattr(_engine, "_remat_warning", lambda config: "warning: a test warning")
+    argv = ["train", "synthetic", "--workdir", str(tmp_path / "run"), "--set", "train.epochs=1",
+            "-q"]  # fmt: skip
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("metric ") and "test accuracy at best val" in out
+    assert out.endswith(f"run directory: {tmp_path / 'run'}\n")
+    assert err == "s5jax: warning: a test warning\n"  # nothing but the warning
+    assert main([a for a in argv if a != "-q"] + ["--overwrite", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "epoch 1: train loss" in err and "test accuracy at best val" in err
+    assert out == f"run directory: {tmp_path / 'run'}\n"
+
+
 def test_quiet_and_verbose_exclude_each_other(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["-q", "-v", "list"])

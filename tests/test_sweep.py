@@ -438,7 +438,7 @@ def test_sweep_flags_reach_the_space_and_the_runner(tmp_path, monkeypatch, capsy
 
     calls = []
 
-    def record(space, workdir, *, devices, progress):
+    def record(space, workdir, *, devices, progress, stream):
         calls.append((space, workdir, devices, progress))
         return {"not_finished": []}
 

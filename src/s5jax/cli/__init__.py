@@ -538,17 +538,34 @@ def _train(args) -> int:
     workdir = args.workdir or Path("runs") / config.name
     args.run_workdir = workdir  # for the resume command of an interruption
     resume = "auto" if args.resume_or_start else args.resume
-    summary = train_and_evaluate(
-        config,
-        workdir,
-        resume=resume,
-        overwrite=args.overwrite,
-        dataset=dataset,
-        progress=not args.no_progress,
-        defaults=defaults,
-    )
+    with _messages(args.quiet) as stream:
+        summary = train_and_evaluate(
+            config,
+            workdir,
+            resume=resume,
+            overwrite=args.overwrite,
+            dataset=dataset,
+            progress=not args.no_progress,
+            defaults=defaults,
+            stream=stream,
+        )
+    if args.quiet:  # the result, which the silenced messages ended with, on stdout
+        from ..train._engine import results_text
+
+        print(results_text(summary))
     print(f"run directory: {workdir}")
     return 0 if summary["epochs_run"] else 1
+
+
+@contextlib.contextmanager
+def _messages(quiet: bool):
+    """The trainer's message stream: stderr, or with `-q` nowhere (its warnings go through
+    logging, which `-q` keeps)."""
+    if not quiet:
+        yield sys.stderr
+        return
+    with open(os.devnull, "w") as sink:
+        yield sink
 
 
 def _eval(args) -> int:

@@ -91,9 +91,18 @@ def train_seeds(args, config, dataset, defaults=None) -> int:
     if any(o.split("=", 1)[0].strip() == "train.seed" for o in args.overrides):
         raise ValueError("--seeds sets train.seed for each run: drop --set train.seed=...")
     workdir = args.workdir or Path("runs") / f"{config.name}-seeds"
-    summary = run_seeds(
-        config, seeds, workdir, dataset=dataset, progress=not args.no_progress, defaults=defaults
-    )
+    from . import _messages
+
+    with _messages(args.quiet) as stream:
+        summary = run_seeds(
+            config,
+            seeds,
+            workdir,
+            dataset=dataset,
+            progress=not args.no_progress,
+            defaults=defaults,
+            stream=stream,
+        )
     print(seeds_table(summary), end="")
     print(f"seeds directory: {workdir} (summary.json, summary.md)")
     return _finish_status(summary, "seed(s)")
@@ -145,7 +154,12 @@ def sweep(args) -> int:
         name = Path(args.data).stem if args.data else Path(args.space).stem
     slots = device_slots(args.devices)
     workdir = args.workdir or Path("runs") / f"{name}-sweep"
-    summary = run_sweep(space, workdir, devices=slots, progress=not args.no_progress)
+    from . import _messages
+
+    with _messages(args.quiet) as stream:
+        summary = run_sweep(
+            space, workdir, devices=slots, progress=not args.no_progress, stream=stream
+        )
     print(sweep_table(summary), end="")
     print(f"sweep directory: {workdir} (summary.json, summary.md, sweep.png)")
     return _finish_status(summary, "trial(s)")

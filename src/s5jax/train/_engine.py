@@ -11,6 +11,7 @@ and the optimiser state are all restored or recomputed identically.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -23,7 +24,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from ..config import ExperimentConfig, dump_json, to_dict, to_toml
+from ..config import ExperimentConfig, PaperResult, dump_json, to_dict, to_toml
 from ..data import PreparedDataset
 from ..data._batches import iterate_batches
 from ..nn import build_model, count_parameters
@@ -54,6 +55,8 @@ from ._steps import make_steps
 from ._tensorboard import flat_hparams, ssm_statistics
 
 __all__ = ["TrainingDiverged", "train_and_evaluate"]
+
+_log = logging.getLogger(__name__)
 
 
 class TrainingDiverged(RuntimeError):
@@ -334,7 +337,8 @@ def train_and_evaluate(
     - `overwrite`: replace the run in `workdir` (built aside and swapped in).
     - `dataset`: use this dataset instead of the one the config names.
     - `progress`: show a progress bar per epoch.
-    - `stream`: where messages go (default stderr).
+    - `stream`: where messages go (default stderr); warnings go through `logging` (logger
+      `s5jax.train._engine`).
     - `defaults`: the settings chosen from the data (`s5jax.train._defaults.defaults_record`),
       printed first and recorded in run_info.json under `"defaults"`.
 
@@ -449,8 +453,8 @@ def _own_run(run: _Run, lock, mode: str, progress: bool, out, defaults=None) -> 
     print(run.group_table, file=out)
     print(_describe_data(run.dataset), file=out)
     for warning in (_remat_warning(config), _precision_warning(config)):
-        if warning is not None:
-            print(warning, file=out)
+        if warning is not None:  # through logging: `s5jax -q` keeps warnings
+            _log.warning(warning.removeprefix("warning: "))
     if resumed:
         print(f"resumed from epoch {history['epoch']} (step {history['step']})", file=out)
     ckpt = ckpt or Checkpoints(workdir)
@@ -634,8 +638,6 @@ def _final_metrics(run: _Run, history) -> dict[str, Any]:
 
 
 def _finish(run: _Run, history, out) -> dict[str, Any]:
-    from ._logging import summary_table
-
     paper = run.config.paper
     ours = history["test_at_best"]
     summary = {
@@ -654,23 +656,7 @@ def _finish(run: _Run, history, out) -> dict[str, Any]:
         if paper is None
         else {"value": paper.value, "unit": paper.unit, "metric": paper.metric},
     }
-    rows = [
-        (
-            "test "
-            + run.metric
-            + (" at best val" if run.config.train.select == "best_val" else " at last epoch"),
-            _in_paper_units(ours, paper),
-            None if paper is None else paper.value,
-        )
-    ]
-    table = summary_table(rows, headers=["metric", "ours", "paper"])
-    print(table, file=out)
-    if summary["generated_data"]:
-        print(
-            "note: trained and tested on generated data, not the published dataset; the "
-            "paper's figure is not a like-for-like comparison",
-            file=out,
-        )
+    print(results_text(summary), file=out)
     if not is_first_process():  # process 0 writes the run's files
         return summary
     write_json(run.workdir / "results.json", summary)
@@ -685,6 +671,24 @@ def _finish(run: _Run, history, out) -> dict[str, Any]:
             best_epoch=history["best_epoch"],
         )
     return summary
+
+
+def results_text(summary: dict[str, Any]) -> str:
+    """The table of a run's reported test figure beside the paper's (and a note for generated
+    data), from the summary `train_and_evaluate` returns."""
+    from ._logging import summary_table
+
+    paper = summary["paper"]
+    ours = _in_paper_units(summary["test_at_best_val"], paper and PaperResult(**paper))
+    select = " at best val" if summary["select"] == "best_val" else " at last epoch"
+    rows = [(summary["metric"].replace("_", " ", 1) + select, ours, paper and paper["value"])]
+    lines = [summary_table(rows, headers=["metric", "ours", "paper"])]
+    if summary["generated_data"]:
+        lines.append(
+            "note: trained and tested on generated data, not the published dataset; the "
+            "paper's figure is not a like-for-like comparison"
+        )
+    return "\n".join(lines)
 
 
 def _in_paper_units(value, paper):
