@@ -1065,6 +1065,12 @@ MUTATIONS = (
     M("unknown-dataset-no-suggestion", "train/_datasets.py",
       "close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)", "close = []",
       ("tests/test_cli.py",), "data prepare mnist does not point at smnist"),
+    M("quiet-train-still-chatty", "cli/__init__.py", "    if not quiet:", "    if True:",
+      ("tests/test_cli_conventions.py",), "s5jax -q train prints every epoch line"),
+    M("trainer-warning-past-logging", "train/_engine.py",
+      '_log.warning(warning.removeprefix("warning: "))', "print(warning, file=out)",
+      ("tests/test_engine.py", "tests/test_cli_conventions.py"),
+      "a trainer warning bypasses logging (so -q cannot keep it apart from the messages)"),
 )  # fmt: skip
 
 
