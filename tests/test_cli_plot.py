@@ -119,6 +119,31 @@ def test_an_out_that_would_replace_a_run_file_is_refused_first(tmp_path, capsys,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+def test_a_seeds_or_sweep_directory_plots_its_runs(tmp_path, capsys):
+    """`s5jax plot runs/x-seeds` draws every `seed-N/` run in it (numeric order), a sweep
+    directory its `trial-NNN/` runs; other folders inside are not runs and are left out."""
+    from s5jax.train._plots import _runs_in
+
+    seeds = tmp_path / "seeds"
+    for n in (10, 2, 0):
+        _run_dir(seeds / f"seed-{n}", 2, 1)
+    (seeds / "seed-5").mkdir()  # not started: no metrics
+    (seeds / "notes").mkdir()
+    assert _runs_in(seeds) == [seeds / "seed-0", seeds / "seed-2", seeds / "seed-10"]
+    assert _runs_in(seeds / "seed-2") == [seeds / "seed-2"]
+    out = tmp_path / "seeds.png"
+    assert main(["plot", str(seeds), "--out", str(out)]) == 0
+    with Image.open(out) as image:
+        assert image.format == "PNG"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["plot", str(empty), "--out", str(tmp_path / "e.png")]) == 2
+    assert "empty/metrics.jsonl not found" in capsys.readouterr().err
+    # --out may not go into the seeds directory either
+    assert main(["plot", str(seeds), "--out", str(seeds / "cmp.png")]) == 2
+    assert "is inside the run directory" in capsys.readouterr().err
+
+
 def test_plot_help_has_an_example(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["plot", "--help"])

@@ -463,7 +463,12 @@ def _plot_parser(sub) -> None:
         formatter_class=_RAW,
     )
     plot.add_argument(
-        "runs", nargs="+", type=Path, metavar="RUN", help="run directories written by `s5jax train`"
+        "runs",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="run directories written by `s5jax train`, or seeds/sweep directories (all their "
+        "runs)",
     )
     plot.add_argument(
         "--out",

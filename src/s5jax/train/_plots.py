@@ -308,6 +308,23 @@ def _check_out(out: Path, run_dirs: Sequence[Path]) -> None:
             )
 
 
+def _runs_in(folder: Path) -> list[Path]:
+    """`folder` itself when it is a run directory (or not one at all: `_read_run` says why),
+    else its runs when it is a seeds or sweep directory (`seed-*/`, `trial-*/` holding
+    metrics.jsonl), in their numeric order."""
+    if (folder / METRICS_FILE).is_file() or not folder.is_dir():
+        return [folder]
+    runs = [d for d in folder.iterdir() if d.is_dir() and (d / METRICS_FILE).is_file()]
+    runs = [d for d in runs if d.name.startswith(("seed-", "trial-"))]
+    return sorted(runs, key=_run_order) or [folder]
+
+
+def _run_order(run_dir: Path) -> tuple[str, int, str]:
+    """seed-2 before seed-10."""
+    prefix, _, number = run_dir.name.partition("-")
+    return prefix, int(number) if number.isdigit() else -1, run_dir.name
+
+
 def _read_run(run_dir: Path) -> tuple[list[dict], dict]:
     """The epoch records and results.json (or `{}`) of a run directory."""
     if not run_dir.is_dir():
@@ -354,7 +371,8 @@ def plot_runs(
     """Compare runs: one metric of each run per epoch, in one PNG (written atomically).
 
     **Arguments:**
-    - `run_dirs`: run directories written by `s5jax train`.
+    - `run_dirs`: run directories written by `s5jax train`; a seeds or sweep directory
+      stands for its runs (`seed-N/`, `trial-NNN/`).
     - `out`: the PNG file to write.
     - `metric`: an epoch-record key (e.g. `val_accuracy`, `train_loss`); default the first of
       `val_accuracy`, `val_mse`, `val_loss`, `train_loss` that the first run has.
@@ -362,8 +380,8 @@ def plot_runs(
     **Returns:** the path written. Raises `FileNotFoundError` for a missing run directory or
     metrics file, `ValueError` when no run has the metric.
     """
-    dirs = [Path(d) for d in run_dirs]
-    _check_out(Path(out), dirs)
+    dirs = [run for d in run_dirs for run in _runs_in(Path(d))]
+    _check_out(Path(out), [Path(d) for d in run_dirs] + dirs)
     runs = [_read_run(d) for d in dirs]
     if metric is None:
         first = runs[0][0]
