@@ -85,10 +85,18 @@ def test_valid_classification(tmp_path):
     np.testing.assert_array_equal(loaded.splits["test"].y, ds.splits["test"].y)
 
 
-def test_n_classes_from_all_splits_and_explicit_key(tmp_path):
+def test_n_classes_from_all_splits_and_explicit_key(tmp_path, caplog):
     arrays = _classification(n_classes=2)
-    arrays["y_test"][0] = 6  # a class seen only in test
-    assert load_user_npz(_write(tmp_path, arrays)).n_classes == 7
+    arrays["y_test"][0] = 6  # a class seen only in test: counted, and warned about
+    with caplog.at_level("WARNING", logger="s5jax"):
+        assert load_user_npz(_write(tmp_path, arrays)).n_classes == 7
+    [record] = [r for r in caplog.records if r.name == "s5jax.data._npz"]
+    assert record.getMessage().startswith(
+        f"{tmp_path / 'data.npz'}: class(es) 6 appear in y_val/y_test but never in y_train"
+    )
+    caplog.clear()
+    load_user_npz(_write(tmp_path, _classification(n_classes=2)))
+    assert not [r for r in caplog.records if r.name == "s5jax.data._npz"]
     arrays["n_classes"] = np.array(10)
     assert load_user_npz(_write(tmp_path, arrays)).n_classes == 10
 
@@ -283,6 +291,13 @@ def test_negative_label(tmp_path):
     arrays = _classification()
     arrays["y_test"][3] = -1
     _fails(tmp_path, arrays, r"'y_test' has negative label -1.*consecutive integers from 0")
+
+
+def test_a_label_beyond_int32_is_named_not_wrapped(tmp_path):
+    """10**12 wrapped to a negative int32 and the file was refused as having 1 class."""
+    arrays = _classification()
+    arrays["y_train"] = np.full(len(arrays["y_train"]), 10**12)
+    _fails(tmp_path, arrays, r"'y_train' has label 1000000000000; labels must be 0 \.\. n_cl")
 
 
 def test_non_integer_label(tmp_path):

@@ -38,6 +38,7 @@ the key and the fix for each problem; `describe` summarises what it found.
 
 from __future__ import annotations
 
+import logging
 import os
 import zipfile
 import zlib
@@ -50,6 +51,8 @@ from ._common import DatasetError
 from ._prepared import PreparedDataset, Split
 
 __all__ = ["SPLITS", "describe", "load_user_npz"]
+
+_log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 _PER_SPLIT = ("x", "y", "lengths", "t")
@@ -363,6 +366,12 @@ def _check_labels(r: _Reader, n_classes: int | None) -> tuple[dict[str, np.ndarr
                 f"has negative label {y.min().item()!r}; labels must be 0 .. n_classes-1 "
                 "(map your classes to consecutive integers from 0)",
             )
+        if y.max() > np.iinfo(np.int32).max:  # it would wrap around in int32
+            raise r.error(
+                key,
+                f"has label {y.max().item()!r}; labels must be 0 .. n_classes-1 (map your "
+                "classes to consecutive integers from 0)",
+            )
         labels[s] = y.astype(np.int32)
     top = max(int(y.max()) for y in labels.values())
     if n_classes is None:
@@ -379,6 +388,15 @@ def _check_labels(r: _Reader, n_classes: int | None) -> tuple[dict[str, np.ndarr
             "y_train",
             f"gives only {n_classes} class; classification needs at least 2 (set n_classes "
             "if some classes are missing from the data)",
+        )
+    unseen = sorted(set(np.unique(np.concatenate([labels[s] for s in SPLITS if s != "train"])))
+                    - set(np.unique(labels["train"])))  # fmt: skip
+    if unseen:
+        _log.warning(
+            "%s: class(es) %s appear in y_val/y_test but never in y_train: the model cannot "
+            "learn them, and those examples count as errors",
+            r.path,
+            ", ".join(map(str, unseen[:10])) + (" ..." if len(unseen) > 10 else ""),
         )
     return labels, n_classes
 
