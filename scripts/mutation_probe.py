@@ -1071,6 +1071,13 @@ MUTATIONS = (
       '_log.warning(warning.removeprefix("warning: "))', "print(warning, file=out)",
       ("tests/test_engine.py", "tests/test_cli_conventions.py"),
       "a trainer warning bypasses logging (so -q cannot keep it apart from the messages)"),
+    M("npz-label-wraps-in-int32", "data/_npz.py", "if y.max() > np.iinfo(np.int32).max:",
+      "if False:", (NPZ,), "a label of 10**12 wraps around and reads as 'only 1 class'"),
+    M("npz-unseen-class-silent", "data/_npz.py", "    if unseen:", "    if False:", (NPZ,),
+      "a class only in y_test trains without a word"),
+    M("plot-seeds-dir-not-expanded", "train/_plots.py",
+      "return sorted(runs, key=_run_order) or [folder]", "return [folder]",
+      ("tests/test_cli_plot.py",), "s5jax plot runs/x-seeds says metrics.jsonl not found"),
 )  # fmt: skip
 
 
