@@ -72,6 +72,16 @@ def test_mismatched_template_is_a_clear_error(tmp_path, getkey):
     ckpt.close()
 
 
+def test_a_run_without_any_checkpoint_says_it_stopped_before_the_first(tmp_path, getkey):
+    ckpt = Checkpoints(tmp_path)
+    template = _state(getkey())
+    for which in ("best", "latest"):
+        with pytest.raises(FileNotFoundError, match=rf"no '{which}' checkpoint .*nor any other: "
+                           "the run stopped before its first checkpoint"):  # fmt: skip
+            ckpt.restore(which, template)
+    ckpt.close()
+
+
 def test_unknown_kind(tmp_path):
     with pytest.raises(ValueError, match="'latest' or 'best'"):
         Checkpoints(tmp_path).latest_step("final")

@@ -206,12 +206,19 @@ class Checkpoints:
         folder = Path(manager.directory)
         steps = sorted(manager.all_steps(), reverse=True)
         if not steps:
-            hint = (
-                " (a run with train.select = 'last' saves it when training ends; "
-                "--checkpoint latest reads the newest)"
-                if which == "best"
-                else ""
-            )
+            other = "latest" if which == "best" else "best"
+            if not self._manager(other).all_steps():
+                hint = (
+                    " (nor any other: the run stopped before its first checkpoint, which it "
+                    "saves when its first epoch ends)"
+                )
+            elif which == "best":
+                hint = (
+                    " (a run with train.select = 'last' saves it when training ends; "
+                    "--checkpoint latest reads the newest)"
+                )
+            else:
+                hint = ""
             raise FileNotFoundError(f"no {which!r} checkpoint in {folder}{hint}")
         problems = []
         for step in steps:
