@@ -171,6 +171,24 @@ def test_quiet_training_prints_its_result_on_stdout_and_only_warnings_on_stderr(
     assert out == f"run directory: {tmp_path / 'run'}\n"
 
 
+def test_path_arguments_expand_the_home_folder(monkeypatch, tmp_path):
+    """A quoted `'~/runs/x'` (a script, a scheduler's config: no shell expands it) names the
+    home folder; it made a folder called `~` in the current one. Every path argument of every
+    command takes the same type."""
+    from s5jax.cli._paths import path_arg
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    args = _parser().parse_args(["train", "synthetic", "--workdir", "~/runs/x"])
+    assert args.workdir == tmp_path / "runs" / "x"
+    args = _parser().parse_args(["predict", "~/run", "--out", "~/p.npz"])
+    assert (args.run_dir, args.out) == (tmp_path / "run", tmp_path / "p.npz")
+    typed = [(line, a) for line, sub in _subparsers(_parser()) for a in sub._actions
+             if a.type is not None and a.type not in (int, float, str)]  # fmt: skip
+    assert typed and all(a.type is path_arg for _, a in typed), [
+        (line, a.dest, a.type) for line, a in typed if a.type is not path_arg
+    ]
+
+
 def test_quiet_and_verbose_exclude_each_other(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["-q", "-v", "list"])

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from .. import __version__
 from .._malloc import configure_cpu_malloc
+from ._paths import path_arg
 from ._sweep import SEEDS_HELP, add_sweep_parser, sweep, train_seeds
 
 __all__ = ["main"]
@@ -125,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config value, e.g. train.epochs=5",
     )
-    train.add_argument("--workdir", type=Path, help="run directory (default runs/<experiment>)")
+    train.add_argument("--workdir", type=path_arg, help="run directory (default runs/<experiment>)")
     run_dir = train.add_mutually_exclusive_group()
     run_dir.add_argument(
         "--resume",
@@ -198,7 +199,7 @@ def _parser() -> argparse.ArgumentParser:
         ),
         formatter_class=_RAW,
     )
-    ev.add_argument("run_dir", type=Path, help="the run directory written by `s5jax train`")
+    ev.add_argument("run_dir", type=path_arg, help="the run directory written by `s5jax train`")
     ev.add_argument(
         "--split",
         default="test",
@@ -294,7 +295,7 @@ def _data_parser(sub) -> None:
         help="dataset name, e.g. pendulum, listops, text, image; uea converts UEA/UCR .ts "
         "files (--source: a folder or one NAME_TRAIN.ts) to .npz files under <data root>/uea",
     )
-    prep.add_argument("--source", type=Path, help="folder holding your copy of the dataset")
+    prep.add_argument("--source", type=path_arg, help="folder holding your copy of the dataset")
     prep.add_argument(
         "--generate",
         action="store_true",
@@ -384,7 +385,7 @@ def _predict_parser(sub) -> None:
         "example: s5jax predict runs/mine --data new.npz --out pred.npz",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    pred.add_argument("run_dir", type=Path, help="the run directory written by `s5jax train`")
+    pred.add_argument("run_dir", type=path_arg, help="the run directory written by `s5jax train`")
     pred.add_argument(
         "--data",
         metavar="FILE",
@@ -401,7 +402,7 @@ def _predict_parser(sub) -> None:
         help="the best-validation (default) or the latest checkpoint",
     )
     pred.add_argument(
-        "--out", type=Path, required=True, metavar="PRED.npz", help="the predictions file"
+        "--out", type=path_arg, required=True, metavar="PRED.npz", help="the predictions file"
     )
     pred.add_argument(
         "--stream",
@@ -428,8 +429,10 @@ def _export_parser(sub) -> None:
         "example: s5jax export runs/mine --out exported/mine",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    exp.add_argument("run_dir", type=Path, help="the run directory written by `s5jax train`")
-    exp.add_argument("--out", type=Path, required=True, metavar="DIR", help="the folder to write")
+    exp.add_argument("run_dir", type=path_arg, help="the run directory written by `s5jax train`")
+    exp.add_argument(
+        "--out", type=path_arg, required=True, metavar="DIR", help="the folder to write"
+    )
     exp.add_argument(
         "--checkpoint",
         choices=("best", "latest"),
@@ -465,14 +468,14 @@ def _plot_parser(sub) -> None:
     plot.add_argument(
         "runs",
         nargs="+",
-        type=Path,
+        type=path_arg,
         metavar="RUN",
         help="run directories written by `s5jax train`, or seeds/sweep directories (all their "
         "runs)",
     )
     plot.add_argument(
         "--out",
-        type=Path,
+        type=path_arg,
         required=True,
         metavar="FILE.png",
         help="the PNG file to write (a .png name outside the runs)",

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ._paths import path_arg
+
 EXIT_DIVERGED, EXIT_BUSY = 3, 75
 
 _RAW = argparse.RawDescriptionHelpFormatter
@@ -51,7 +53,9 @@ def add_sweep_parser(sub) -> None:
         help="compare trials by this validation figure (default: the one the trainer picks "
         "its best epoch by: val_accuracy for classification, val_mse otherwise)",
     )
-    sweep.add_argument("--workdir", type=Path, help="sweep directory (default runs/<name>-sweep)")
+    sweep.add_argument(
+        "--workdir", type=path_arg, help="sweep directory (default runs/<name>-sweep)"
+    )
     sweep.add_argument(
         "--devices",
         metavar="LIST",
