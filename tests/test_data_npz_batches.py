@@ -193,6 +193,66 @@ def test_not_an_npz(tmp_path):
         load_user_npz(npy)
 
 
+def _without_val(arrays):
+    return {k: v for k, v in arrays.items() if not k.endswith("_val")}
+
+
+def test_a_file_without_val_keys_gets_a_stratified_carve(tmp_path):
+    """No val key: `val_fraction` of each class of the training split becomes val (as for a
+    .ts file), seeded; train and val together are the file's training rows, lengths and
+    times carved with them; `val_fraction = 0` leaves no val split."""
+    rng = np.random.default_rng(3)
+    n = 200
+    arrays = {"x_train": rng.normal(size=(n, L, D)).astype(np.float32),
+              "y_train": np.repeat([0, 1, 2, 3], [100, 60, 30, 10]),
+              "lengths_train": rng.integers(1, L + 1, n),
+              "t_train": np.cumsum(rng.uniform(0.5, 1.5, (n, L)), axis=1),
+              "x_test": rng.normal(size=(8, L, D)).astype(np.float32),
+              "y_test": np.arange(8) % 4}  # fmt: skip
+    path = _write(tmp_path, arrays)
+    data = load_user_npz(path, val_fraction=0.1, val_seed=5)
+    train, val = data.splits["train"], data.splits["val"]
+    assert list(data.splits) == ["train", "val", "test"] and data.meta["val_carved"]
+    assert np.bincount(val.y).tolist() == [10, 6, 3, 1]  # round(0.1 * class size), >= 1
+    assert len(train.x) + len(val.x) == n
+    # every carved row is one of the file's training rows, with its own label, length, times
+    rows = {arrays["x_train"][i].tobytes(): i for i in range(n)}
+    for split in (train, val):
+        idx = np.array([rows[x.tobytes()] for x in split.x])
+        assert np.array_equal(split.y, arrays["y_train"][idx])
+        assert np.array_equal(split.lengths, arrays["lengths_train"][idx])
+        np.testing.assert_array_equal(split.t, arrays["t_train"][idx].astype(np.float32))
+    assert len({rows[x.tobytes()] for s in (train, val) for x in s.x}) == n
+    assert data.meta["val_split"].startswith(
+        "val carved from the training split of data.npz: 20 of 200, stratified by class"
+    )
+    again = load_user_npz(path, val_fraction=0.1, val_seed=5)
+    assert np.array_equal(again.splits["val"].x, val.x)
+    other = load_user_npz(path, val_fraction=0.1, val_seed=6)
+    assert not np.array_equal(other.splits["val"].x, val.x)
+    none = load_user_npz(path, val_fraction=0.0)
+    assert list(none.splits) == ["train", "test"] and len(none.splits["train"].x) == n
+    assert "no val split" in none.meta["val_split"] and "val_carved" not in none.meta
+
+
+def test_regression_carve_and_carve_errors(tmp_path):
+    arrays = _without_val(_classification())
+    arrays["y_train"] = arrays["y_train"].astype(np.float32) + 0.5
+    arrays["y_test"] = arrays["y_test"].astype(np.float32)
+    data = load_user_npz(_write(tmp_path, arrays), val_fraction=0.25)
+    n = len(arrays["x_train"])
+    assert data.task == "regression" and len(data.splits["val"].x) == round(0.25 * n)
+    assert "drawn at random" in data.meta["val_split"]
+    one = {**_without_val(_classification()), "x_train": arrays["x_train"][:1],
+           "y_train": np.array([0])}  # fmt: skip
+    _fails(tmp_path, one, r"too few training examples \(1\).*add x_val and y_val to the file")
+    half = _classification()
+    del half["y_val"]
+    _fails(tmp_path, half, r"missing required key\(s\) 'y_val'.*or none of the val keys")
+    with pytest.raises(DatasetError, match=r"val_fraction must be in \[0, 1\)"):
+        load_user_npz(_write(tmp_path, arrays), val_fraction=1.0)
+
+
 def test_missing_keys_are_listed(tmp_path):
     arrays = _classification()
     del arrays["y_val"], arrays["x_test"]

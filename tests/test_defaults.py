@@ -247,9 +247,10 @@ def test_counts_are_worded_in_the_singular_for_one():
     one = _facts(n_train=1, channels=1)
     assert one.describe().startswith("1 training example (+55 val)")
     assert ", 1 channel, " in one.describe()
-    assert "1 training example, all in one batch" in {
-        c.key: c.reason for c in choose_defaults(one, {})
-    }["data.batch_size"]
+    assert (
+        "1 training example, all in one batch"
+        in {c.key: c.reason for c in choose_defaults(one, {})}["data.batch_size"]
+    )
     assert ", 3 channels, " in _facts(n_train=2, channels=3).describe()
 
 
@@ -284,6 +285,33 @@ def test_a_carve_of_fifty_val_examples_is_kept():
     for user in ({"train.early_stop_patience": 5}, {"optim.reduce_on_plateau": True},
                  {"train.select": "best_val"}, {"data.val_fraction": 0.1}):  # fmt: skip
         assert uncarved(_facts(n_val=49, **carve), user) is None
+
+
+def test_an_npz_without_val_is_carved_or_not_as_a_ts_file(tmp_path):
+    """Own .npz without val keys: the carve of a large file is kept (and recorded in the
+    config: val_fraction 0.1), that of a small one dropped by the same rule as for .ts files;
+    `--set data.val_fraction=...` chooses."""
+    rng = np.random.default_rng(11)
+    for n, kept in ((600, True), (100, False)):
+        path = tmp_path / f"noval{n}.npz"
+        np.savez(path, x_train=rng.standard_normal((n, 12, 2)).astype(np.float32),
+                 y_train=rng.integers(0, 3, n), x_test=rng.standard_normal((9, 12, 2)),
+                 y_test=rng.integers(0, 3, 9))  # fmt: skip
+        config, dataset, chosen = chosen_of(path)
+        assert ("val" in dataset.splits) == kept
+        assert ("data.val_fraction" in chosen) == (not kept)
+        assert config.data.val_fraction == (0.1 if kept else 0.0)
+        if kept:  # round(0.1 * each class's count), stratified
+            counts = np.bincount(np.load(path)["y_train"])
+            assert len(dataset.splits["val"].x) == sum(round(0.1 * c) for c in counts)
+            assert len(dataset.splits["val"].x) + len(dataset.splits["train"].x) == n
+        else:
+            assert len(dataset.splits["train"].x) == n
+            assert config.train.select == "last"
+    config, dataset, chosen = chosen_of(tmp_path / "noval100.npz", ["data.val_fraction=0.5"])
+    counts = np.bincount(np.load(tmp_path / "noval100.npz")["y_train"])
+    assert len(dataset.splits["val"].x) == sum(round(0.5 * c) for c in counts)
+    assert "data.val_fraction" not in chosen and config.data.val_fraction == 0.5
 
 
 def _dataset(train_x, other_x, lengths=None, other_lengths=None):

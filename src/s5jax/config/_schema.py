@@ -273,10 +273,11 @@ class DataConfig:
 
     `dataset` names a dataset of `s5jax.data` (or the user's own prepared data under `root`).
     For a UEA/UCR `NAME_TRAIN.ts` file: `missing` says what to do with missing values
-    (`"error"`, `"zero"`, `"ffill"`, `"interpolate"`; see `s5jax.data._uea`), and the val split
-    is `val_fraction` of the training file, stratified by class, drawn with `val_seed`;
-    `val_fraction = 0` carves none (the whole training file trains; the run then reports the
-    model at the end of training, `train.select = "last"`).
+    (`"error"`, `"zero"`, `"ffill"`, `"interpolate"`; see `s5jax.data._uea`). For a `.ts`
+    file, and an own `.npz` without val keys, the val split is `val_fraction` of the training
+    split, stratified by class, drawn with `val_seed`; `val_fraction = 0` carves none (the
+    whole training split trains; the run then reports the model at the end of training,
+    `train.select = "last"`).
     `eval_batch_size = None` means `batch_size`; `seq_len = None` means the dataset's own length
     (when given, it documents and checks the expected length). `n_train`/`n_eval` limit the
     number of examples (generated datasets make that many; read ones are truncated): for smoke

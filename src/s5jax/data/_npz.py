@@ -1,6 +1,7 @@
 """Your own data: one `.npz` file, no code needed.
 
-Save your arrays with `np.savez` under these keys (`{split}` is each of `train`, `val`, `test`):
+Save your arrays with `np.savez` under these keys (`{split}` is each of `train`, `val`, `test`;
+without any val key, `load_user_npz` carves the val split from the training split):
 
 | key               | shape                      | meaning                                        |
 |-------------------|----------------------------|------------------------------------------------|
@@ -93,6 +94,7 @@ class _Reader:
 
     def __init__(self, path: Path):
         self.path = path
+        self.splits = SPLITS  # the splits the file holds (`_check_keys`)
         if not path.exists():
             raise DatasetError(
                 f"{path}: file not found; give the path to an .npz file written with np.savez"
@@ -184,12 +186,15 @@ def _check_keys(r: _Reader) -> None:
             f"{r.path}: unknown key(s) {', '.join(map(repr, unknown))}; allowed keys are "
             f"{', '.join(allowed)} (splits are named {', '.join(SPLITS)})"
         )
-    missing = [f"{f}_{s}" for s in SPLITS for f in ("x", "y") if f"{f}_{s}" not in r.arrays]
+    # Without any val key, the val split is carved from the training split (`load_user_npz`).
+    has_val = any(f"{f}_val" in r.arrays for f in _PER_SPLIT)
+    r.splits = SPLITS if has_val else ("train", "test")
+    missing = [f"{f}_{s}" for s in r.splits for f in ("x", "y") if f"{f}_{s}" not in r.arrays]
     if missing:
         raise DatasetError(
             f"{r.path}: missing required key(s) {', '.join(map(repr, missing))}; the file needs "
-            "x_train, y_train, x_val, y_val, x_test and y_test (split a part of your training "
-            "data off as val if you have none)"
+            "x_train, y_train, x_test and y_test, and x_val, y_val or none of the val keys "
+            "(then the val split is carved from the training split)"
         )
 
 
@@ -198,7 +203,7 @@ def _check_inputs(r: _Reader) -> tuple[bool, int, int | None]:
     first = r.arrays["x_train"]
     tokens = first.ndim == 2 and _is_int(first)
     ref_l = ref_d = None
-    for s in SPLITS:
+    for s in r.splits:
         key, x = f"x_{s}", r.arrays[f"x_{s}"]
         if x.ndim == 2 and not _is_int(x):
             raise r.error(
@@ -329,7 +334,7 @@ def _infer_task(r: _Reader, n_classes: int | None) -> str:
         return "classification"
     # float y_train means regression; an integer split beside it is most likely class labels
     # whose training split went through a float conversion (pandas with missing values)
-    for s in SPLITS[1:]:
+    for s in r.splits[1:]:
         if _is_int(r.arrays[f"y_{s}"]):
             raise r.error(
                 f"y_{s}",
@@ -342,7 +347,7 @@ def _infer_task(r: _Reader, n_classes: int | None) -> str:
 
 def _check_labels(r: _Reader, n_classes: int | None) -> tuple[dict[str, np.ndarray], int]:
     labels = {}
-    for s in SPLITS:
+    for s in r.splits:
         key, y = f"y_{s}", r.arrays[f"y_{s}"]
         if y.ndim != 1:
             raise r.error(
@@ -389,7 +394,7 @@ def _check_labels(r: _Reader, n_classes: int | None) -> tuple[dict[str, np.ndarr
             f"gives only {n_classes} class; classification needs at least 2 (set n_classes "
             "if some classes are missing from the data)",
         )
-    unseen = sorted(set(np.unique(np.concatenate([labels[s] for s in SPLITS if s != "train"])))
+    unseen = sorted(set(np.unique(np.concatenate([labels[s] for s in r.splits[1:]])))
                     - set(np.unique(labels["train"])))  # fmt: skip
     if unseen:
         _log.warning(
@@ -406,7 +411,7 @@ def _check_targets(r: _Reader, L: int) -> tuple[dict[str, np.ndarray], bool, int
     targets = {}
     shapes = set()
     per_step = False
-    for s in SPLITS:
+    for s in r.splits:
         key, y = f"y_{s}", r.arrays[f"y_{s}"]
         if y.ndim == 1:
             step = False
@@ -443,7 +448,13 @@ def _check_targets(r: _Reader, L: int) -> tuple[dict[str, np.ndarray], bool, int
     return targets, per_step, target_dim
 
 
-def load_user_npz(path: str | os.PathLike, *, name: str | None = None) -> PreparedDataset:
+def load_user_npz(
+    path: str | os.PathLike,
+    *,
+    name: str | None = None,
+    val_fraction: float = 0.1,
+    val_seed: int = 0,
+) -> PreparedDataset:
     """Load and check your own dataset from one `.npz` file (format: this module's docstring).
 
     The task (classification or regression), number of classes, vocabulary size and sizes are
@@ -451,15 +462,23 @@ def load_user_npz(path: str | os.PathLike, *, name: str | None = None) -> Prepar
     before any training starts. Arrays are loaded into memory; save the result with
     `save_prepared` for a memory-mapped cache.
 
+    A file without val keys gets its val split carved from the training split as a UEA/UCR
+    `.ts` file does: `val_fraction` of it, stratified by class for classification, drawn with
+    `val_seed`; `val_fraction = 0` carves none (the dataset has no val split).
+    `meta["val_split"]` says which.
+
     **Arguments:**
     - `path`: the `.npz` file.
     - `name`: dataset name (default: the file name without `.npz`).
+    - `val_fraction`, `val_seed`: the carve of a file without a val split.
     """
+    if not 0 <= val_fraction < 1:
+        raise DatasetError(f"data.val_fraction must be in [0, 1), got {val_fraction!r}")
     path = Path(path).expanduser()
     r = _Reader(path)
     _check_keys(r)
     tokens, L, D = _check_inputs(r)
-    for s in SPLITS:
+    for s in r.splits:
         _check_rows(r, s)
 
     n_classes_key = _scalar(r, "n_classes", "int")
@@ -468,9 +487,9 @@ def load_user_npz(path: str | os.PathLike, *, name: str | None = None) -> Prepar
 
     vocab_size = None
     if tokens:
-        top = max(int(r.arrays[f"x_{s}"].max()) for s in SPLITS)
+        top = max(int(r.arrays[f"x_{s}"].max()) for s in r.splits)
         vocab_size = top + 1 if vocab_key is None else vocab_key
-        for s in SPLITS:
+        for s in r.splits:
             x = r.arrays[f"x_{s}"]
             if x.max() >= vocab_size:
                 raise r.error(
@@ -493,12 +512,14 @@ def load_user_npz(path: str | os.PathLike, *, name: str | None = None) -> Prepar
     meta["in_dim"] = D
 
     splits = {}
-    for s in SPLITS:
+    for s in r.splits:
         x = r.arrays[f"x_{s}"]
         x = x.astype(np.int32) if tokens else x.astype(np.float32)
         lengths = _check_lengths(r, s, L)
         t = _check_times(r, s, L, lengths)
         splits[s] = Split(x=x, y=ys[s], lengths=lengths, t=t)
+    if "val" not in r.splits:
+        splits = _carve_val(splits, task, val_fraction, val_seed, path, meta)
     return PreparedDataset(
         name=path.name.removesuffix(".npz") if name is None else name,
         task=task,
@@ -507,6 +528,38 @@ def load_user_npz(path: str | os.PathLike, *, name: str | None = None) -> Prepar
         vocab_size=vocab_size,
         meta=meta,
     )
+
+
+def _carve_val(splits, task, val_fraction, val_seed, path, meta) -> dict[str, Split]:
+    """The splits with `val` carved from `train` (train, val, test order), or without val for
+    `val_fraction = 0`; the carve is recorded in `meta` as a `.ts` file's is."""
+    from ._uea import _val_indices
+
+    train = splits["train"]
+    n = len(train.x)
+    if val_fraction == 0:
+        meta["val_split"] = (
+            f"no val split: all {n} training examples of {path.name} train (data.val_fraction = 0)"
+        )
+        return splits
+    try:
+        val_idx, how = _val_indices(
+            np.asarray(train.y), task, val_fraction, val_seed, "add x_val and y_val to the file"
+        )
+    except DatasetError as e:
+        raise DatasetError(f"{path}: {e}") from None
+    meta["val_split"] = f"val carved from the training split of {path.name}: {how}"
+    meta["val_carved"] = True  # ours to carve differently (`s5jax.train._defaults`)
+    keep = np.setdiff1d(np.arange(n), val_idx)
+
+    def rows(idx) -> Split:
+        return Split(**{f: None if a is None else a[idx] for f, a in _fields(train).items()})
+
+    return {"train": rows(keep), "val": rows(val_idx), "test": splits["test"]}
+
+
+def _fields(split: Split) -> dict[str, Any]:
+    return {"x": split.x, "y": split.y, "lengths": split.lengths, "t": split.t}
 
 
 def describe(dataset: PreparedDataset) -> str:

@@ -450,7 +450,11 @@ def _class_order(names: list[str]) -> list[str]:
 
 
 def _val_indices(
-    labels: np.ndarray, task: str, fraction: float, seed: int
+    labels: np.ndarray,
+    task: str,
+    fraction: float,
+    seed: int,
+    own_split: str = "convert the data to .npz with a val split of your own",
 ) -> tuple[np.ndarray, str]:
     rng = np.random.default_rng(seed)
     n = len(labels)
@@ -474,7 +478,7 @@ def _val_indices(
     if len(picked) == 0:
         raise DatasetError(
             f"too few training examples ({n}) to carve a validation split from; give more "
-            "examples, or convert the data to .npz with a val split of your own"
+            f"examples, or {own_split}"
         )
     return np.sort(picked), f"{how}, seed {seed}, fraction {fraction:g}"
 
@@ -687,8 +691,8 @@ def convert_ts(
 
     if val_fraction == 0:
         raise DatasetError(
-            "data.val_fraction = 0: the .npz format holds a val split; give a fraction in "
-            "(0, 1) to convert, or train on the .ts file directly"
+            "data.val_fraction = 0: the conversion writes the carved val split into the .npz; "
+            "give a fraction in (0, 1) to convert, or train on the .ts file directly"
         )
     options = {"missing": missing, "val_fraction": val_fraction, "val_seed": val_seed}
     files = find_train_files(source)

@@ -117,20 +117,26 @@ def is_user_file(name: str) -> bool:
 
 def load_user_data(path, data_cfg=None, *, announce: bool = True) -> PreparedDataset:
     """A user's own data file: an `.npz` in the documented format, or a UEA/UCR
-    `NAME_TRAIN.ts` (read with `NAME_TEST.ts` beside it, with `data_cfg`'s `missing`,
-    `val_fraction` and `val_seed`; defaults without `data_cfg`; `announce` logs how the val
-    split was made, `announce_val_split`)."""
+    `NAME_TRAIN.ts` (read with `NAME_TEST.ts` beside it, with `data_cfg`'s `missing`);
+    either's val split, when the file has none, is carved with `data_cfg`'s `val_fraction`
+    and `val_seed` (defaults without `data_cfg`; `announce` logs how the val split was made,
+    `announce_val_split`)."""
+    from ..data._uea import announce_val_split
+
+    carve = {}
+    if data_cfg is not None:
+        carve = {"val_fraction": data_cfg.val_fraction, "val_seed": data_cfg.val_seed}
     if str(path).lower().endswith(".ts"):
         from ..data._uea import load_ts
 
-        options = {}
-        if data_cfg is not None:
-            options = {"missing": data_cfg.missing, "val_fraction": data_cfg.val_fraction,
-                       "val_seed": data_cfg.val_seed}  # fmt: skip
-        return load_ts(Path(path), **options, announce=announce)
+        missing = {} if data_cfg is None else {"missing": data_cfg.missing}
+        return load_ts(Path(path), **missing, **carve, announce=announce)
     from ..data._npz import load_user_npz
 
-    return load_user_npz(Path(path))
+    dataset = load_user_npz(Path(path), **carve)
+    if announce:
+        announce_val_split(dataset)
+    return dataset
 
 
 def load_dataset(data_cfg) -> PreparedDataset:
