@@ -1078,6 +1078,15 @@ MUTATIONS = (
     M("plot-seeds-dir-not-expanded", "train/_plots.py",
       "return sorted(runs, key=_run_order) or [folder]", "return [folder]",
       ("tests/test_cli_plot.py",), "s5jax plot runs/x-seeds says metrics.jsonl not found"),
+    M("npz-carve-not-stratified", "data/_npz.py", "np.asarray(train.y), task, val_fraction",
+      'np.asarray(train.y), "regression", val_fraction', (NPZ,),
+      "the carved val split of an own .npz misses small classes"),
+    M("npz-carve-drops-lengths", "data/_npz.py",
+      "Split(**{f: None if a is None else a[idx] for f, a in _fields(train).items()})",
+      "Split(x=train.x[idx], y=train.y[idx])", (NPZ,),
+      "carving an own .npz loses the lengths and times of its examples"),
+    M("npz-carve-kept-when-small", "data/_npz.py", 'meta["val_carved"] = True', "pass",
+      (DEFAULTS,), "a carve of 6 val examples is kept and selects the reported epoch"),
 )  # fmt: skip
 
 
