@@ -196,6 +196,16 @@ def test_an_existing_out_is_replaced_only_when_it_holds_predictions(tmp_path, ca
         assert sorted(f.files) == ["log_probs", "pred"] and f["pred"].shape == (4,)
 
 
+def test_val_of_a_file_without_val_keys_points_at_the_carve(tmp_path, capsys, small):
+    data = tmp_path / "noval.npz"
+    np.savez(data, x_train=np.zeros((4, 10, 3), np.float32), x_test=np.zeros((2, 10, 3)))
+    argv = ["predict", str(small), "--data", str(data), "--split", "val", "--out", "p.npz"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "has no key 'x_val' (splits in the file: test, train)" in err
+    assert "`s5jax predict RUN --split val` without --data" in err and err.count("\n") == 1
+
+
 def test_an_unknown_split_names_the_splits(capsys, small):
     assert main(["eval", str(small), "--split", "nope"]) == 2
     err = capsys.readouterr().err

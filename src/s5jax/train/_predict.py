@@ -197,9 +197,16 @@ def _read_npz(path: Path, split: str, expect: _Expect) -> tuple[str | None, dict
         names, where = {f: f"{f}_{split}" for f in _FIELDS}, split
     else:
         splits = sorted(k[2:] for k in r.arrays if k.startswith("x_"))
+        carved = (
+            " (a file without val keys has its val split carved from the training split when "
+            "it trains: `s5jax predict RUN --split val` without --data predicts on that)"
+            if split == "val" and "train" in splits
+            else ""
+        )
         raise DatasetError(
             f"{path}: has no key 'x_{split}' (splits in the file: {', '.join(splits) or 'none'}); "
-            "pass --split NAME, or save the inputs as 'x' (with optional 'lengths', 't', 'y')"
+            f"pass --split NAME, or save the inputs as 'x' (with optional 'lengths', 't', 'y')"
+            f"{carved}"
         )
     view = _SplitView(r, names)
     error = view.error
