@@ -4,6 +4,7 @@ from the folder to the results; remat on CPU warns about the scheduler flag."""
 import dataclasses
 import io
 import json
+import logging
 
 import pytest
 
@@ -65,10 +66,15 @@ def test_results_say_when_the_data_was_generated(tmp_path, generated):
     assert ("generated data" in out.getvalue()) is generated
 
 
-def test_remat_on_cpu_warns_about_the_scheduler_flag(tmp_path, monkeypatch):
+def test_remat_on_cpu_warns_about_the_scheduler_flag(tmp_path, monkeypatch, caplog):
+    """A warning through logging (so `s5jax -q` keeps it), not a line of the messages."""
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     data = synthetic_dataset(seq_len=16, n_train=32, n_eval=16)
     cfg = apply_overrides(load_experiment("synthetic"), ["train.epochs=1", "model.remat=layers"])
     out = io.StringIO()
-    train_and_evaluate(cfg, tmp_path / "run", dataset=data, progress=False, stream=out)
-    assert "xla_cpu_enable_concurrency_optimized_scheduler=false" in out.getvalue()
+    with caplog.at_level(logging.WARNING, logger="s5jax"):
+        train_and_evaluate(cfg, tmp_path / "run", dataset=data, progress=False, stream=out)
+    [warning] = [r for r in caplog.records if r.name == "s5jax.train._engine"]
+    assert warning.levelno == logging.WARNING
+    assert "xla_cpu_enable_concurrency_optimized_scheduler=false" in warning.getMessage()
+    assert "xla_cpu_enable" not in out.getvalue()
