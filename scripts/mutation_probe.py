@@ -1063,7 +1063,7 @@ MUTATIONS = (
       'raise ConfigError(f"{path}={text!r}: expected a finite number")', "pass",
       ("tests/test_config.py",), "--set optim.ssm_lr=nan says 'expected float'"),
     M("unknown-dataset-no-suggestion", "train/_datasets.py",
-      "close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)", "close = []",
+      "return did_you_mean(name, names, substrings=True)", 'return ""',
       ("tests/test_cli.py",), "data prepare mnist does not point at smnist"),
     M("quiet-train-still-chatty", "cli/__init__.py", "    if not quiet:", "    if True:",
       ("tests/test_cli_conventions.py",), "s5jax -q train prints every epoch line"),

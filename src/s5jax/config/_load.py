@@ -9,7 +9,6 @@ and the `[paper]` table (each file states its own published figure) are never in
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import os
@@ -70,8 +69,7 @@ def experiment_path(name: str) -> Path:
 
 def _unknown(name: str) -> ConfigError:
     names = list_experiments()
-    close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}? " if close else ""
+    hint = did_you_mean(name, names, n=5, cutoff=0.5)
     # The ablations (a `-ablation-` in the name) are counted, not listed: 55 names hide the rest.
     main = [n for n in names if "-ablation-" not in n]
     return ConfigError(

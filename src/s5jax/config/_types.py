@@ -53,9 +53,16 @@ def _optional_inner(hint: Any) -> Any | None:
     return None
 
 
-def did_you_mean(word: str, choices) -> str:
-    """`"did you mean a, b? "` for the names among `choices` close to a mistyped `word`, or ""."""
-    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
+def did_you_mean(
+    word: str, choices, *, n: int = 3, cutoff: float = 0.6, substrings: bool = False
+) -> str:
+    """`"did you mean a, b? "` for the names among `choices` close to a mistyped `word`
+    (difflib's `n` best above `cutoff`; with `substrings`, also the names that contain a
+    shortened `word` of 3 or more letters, e.g. `mnist` in `smnist`), or ""."""
+    names = list(choices)
+    close = difflib.get_close_matches(word, names, n=n, cutoff=cutoff)
+    if substrings and len(word) >= 3:
+        close += [c for c in names if word in c and c not in close]
     return f"did you mean {', '.join(close)}? " if close else ""
 
 

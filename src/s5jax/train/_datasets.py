@@ -9,7 +9,6 @@ data in the documented format; a path ending in `.ts` is a UEA/UCR `NAME_TRAIN.t
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -202,9 +201,9 @@ def limit_and_check(dataset: PreparedDataset, data_cfg) -> PreparedDataset:
 
 def _close(name: str, names: list[str]) -> str:
     """ "did you mean ...? " for a mistyped or shortened name (`mnist`, `cifar`), else ""."""
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-    close += [n for n in names if len(name) >= 3 and name in n and n not in close]
-    return f"did you mean {', '.join(close)}? " if close else ""
+    from ..config._types import did_you_mean
+
+    return did_you_mean(name, names, substrings=True)
 
 
 def prepare_named(name: str, source=None) -> PreparedDataset:
