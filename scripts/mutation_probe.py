@@ -1087,6 +1087,15 @@ MUTATIONS = (
       "carving an own .npz loses the lengths and times of its examples"),
     M("npz-carve-kept-when-small", "data/_npz.py", 'meta["val_carved"] = True', "pass",
       (DEFAULTS,), "a carve of 6 val examples is kept and selects the reported epoch"),
+    M("usage-error-unknown-at-top", "cli/__init__.py",
+      "_innermost(parser, args).error(", "parser.error(",
+      ("tests/test_cli_conventions.py",), "`train --bogus` points at `s5jax --help`"),
+    M("usage-error-no-suggestion", "cli/__init__.py", "if not action.choices or", "if True or",
+      ("tests/test_cli_conventions.py",), "`s5jax trian` does not suggest train"),
+    M("usage-error-prints-usage", "cli/__init__.py",
+      'self.exit(EXIT_USAGE, f"{self.prog}: error:',
+      'self.print_usage(sys.stderr); self.exit(EXIT_USAGE, f"{self.prog}: error:',
+      ("tests/test_cli_conventions.py",), "usage lines printed before the one-line error"),
 )  # fmt: skip
 
 

@@ -219,3 +219,32 @@ def test_every_command_shows_an_example():
     for command, parser in _subparsers(_parser()):
         text = parser.format_help()
         assert "example" in text and "s5jax " in text.split("example", 1)[1], command
+
+
+@pytest.mark.parametrize(
+    "argv, first, fragments",
+    [
+        (["train", "pendulum", "--bogus", "x"], "s5jax train: error:",
+         ["unrecognized arguments: --bogus x", "`s5jax train --help`"]),
+        (["data", "prepare", "pendulum", "--bogus"], "s5jax data prepare: error:",
+         ["unrecognized arguments: --bogus", "`s5jax data prepare --help`"]),
+        (["trian"], "s5jax: error:", ["invalid choice: 'trian'", "did you mean train?"]),
+        (["eval", "run", "--checkpoint", "bets"], "s5jax eval: error:",
+         ["invalid choice: 'bets'", "did you mean best?"]),
+        (["data", "prepair", "x"], "s5jax data: error:", ["did you mean prepare?"]),
+        (["eval"], "s5jax eval: error:", ["required: run"]),
+        (["eval", "run", "--checkpoint", "zzz"], "s5jax eval: error:", ["invalid choice"]),
+    ],
+)  # fmt: skip
+def test_usage_errors_are_one_line_naming_the_command_and_its_help(argv, first, fragments, capsys):
+    # argparse prints its usage lines before the error; the command's errors are one line.
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(first), err
+    assert "usage:" not in err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    if argv[-1] == "zzz":  # nothing close: no suggestion
+        assert "did you mean" not in err

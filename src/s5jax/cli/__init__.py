@@ -75,8 +75,29 @@ _EXIT_CODES = """exit status:
        command stops as on Ctrl-C: continue a run with --resume"""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the command's one-line errors: `s5jax train: error: MESSAGE (see
+    `s5jax train --help`)`, status 2, without the usage lines argparse prints first (they are
+    in `--help`); a mistyped choice (a command, `--checkpoint bets`) names the close ones."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def _check_value(self, action, value):  # argparse's own check, with a suggestion added
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            from ..config._types import did_you_mean
+
+            if not action.choices or not isinstance(value, str):
+                raise
+            hint = did_you_mean(value, [str(c) for c in action.choices]).rstrip()
+            message = f"{e.message}; {hint}" if hint else e.message
+            raise argparse.ArgumentError(action, message) from None
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="s5jax",
         description="S5 state space models in JAX.",
         epilog=_examples("s5jax list", "s5jax -q train pendulum --set train.epochs=5")
@@ -95,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help="print the Python traceback of an error"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     train = sub.add_parser(
         "train",
@@ -270,6 +291,17 @@ def _command_parsers(sub) -> list[argparse.ArgumentParser]:
     return parsers
 
 
+def _innermost(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The parser of the (sub)command that `args` ran: `s5jax data prepare`'s for
+    `s5jax data prepare ...`."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return _innermost(action.choices[chosen], args)
+    return parser
+
+
 def _data_parser(sub) -> None:
     data = sub.add_parser(
         "data",
@@ -278,7 +310,7 @@ def _data_parser(sub) -> None:
         epilog=_examples("s5jax data prepare pendulum"),
         formatter_class=_RAW,
     )
-    data_sub = data.add_subparsers(dest="data_command", required=True)
+    data_sub = data.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
     prep = data_sub.add_parser(
         "prepare",
         help="prepare a dataset once into the data root",
@@ -844,7 +876,9 @@ def main(argv: list[str] | None = None) -> int:
     # Before JAX starts its CPU backend: XLA's per-step buffers stay in the heap (s5jax._malloc).
     tuned = configure_cpu_malloc()
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the command they were given to, whose --help lists its options
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.quiet and args.verbose:  # one before the command, the other after it
         parser.error("-q/--quiet and -v/--verbose exclude each other")
     _configure_logging(args.quiet, args.verbose)
