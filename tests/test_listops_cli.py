@@ -73,6 +73,23 @@ def test_l_max_shorter_than_the_trees_truncates_with_a_note(tmp_path, monkeypatc
     assert ds.splits["train"].lengths.max() == 16
 
 
+def test_short_trees_padded_to_the_paper_length_name_the_shorter_options(
+    tmp_path, monkeypatch, capsys
+):
+    # Without --l-max the data matches the listops experiment (L = 2048); the note says how
+    # to train at the trees' own length instead.
+    monkeypatch.setenv("S5JAX_DATA", str(tmp_path / "root"))
+    argv = ["data", "prepare", "listops", "--generate", "--source", str(tmp_path / "src")]
+    assert main([*argv, *GEN]) == 0
+    err = capsys.readouterr().err
+    assert "padded to L = 2048" in err and "51 times less work" in err
+    assert "--l-max 40 and train with --set data.seq_len=40" in err
+    ds = load_dataset(DataConfig(dataset="listops", seq_len=2048))
+    assert ds.splits["train"].x.shape[1] == 2048
+    assert main([*argv, "--l-max", "40", *GEN]) == 0  # given --l-max: no note
+    assert "padded to L" not in capsys.readouterr().err
+
+
 def test_l_max_reads_an_existing_copy(tmp_path, monkeypatch):
     monkeypatch.setenv("S5JAX_DATA", str(tmp_path / "root"))
     generate_listops(tmp_path / "src", n_train=6, n_val=2, n_test=2, seed=0, min_length=5,

@@ -749,6 +749,17 @@ def _generate_listops(args, seed: int):
             hi - 1,
             l_max,
         )
+    elif args.l_max is None and hi < l_max:
+        log.info(
+            "trees of fewer than %d tokens are padded to L = %d (the listops experiment's "
+            "data.seq_len); for steps of about %.0f times less work, prepare with --l-max %d "
+            "and train with --set data.seq_len=%d",
+            hi,
+            l_max,
+            l_max / hi,
+            hi,
+            hi,
+        )
     folder = d.generate_listops(
         args.source or d.data_root() / "generated",
         n_train=96_000 if args.n_train is None else args.n_train,

@@ -178,8 +178,9 @@ def limit_and_check(dataset: PreparedDataset, data_cfg) -> PreparedDataset:
                 raise s5data.DatasetError(
                     f"data.seq_len = {data_cfg.seq_len} but the {split_name} split of "
                     f"{dataset.name!r} has sequences of length {length} (source: "
-                    f"{dataset.meta.get('source', 'unknown')}); prepare the dataset with the "
-                    "paper's options or set data.seq_len to match"
+                    f"{dataset.meta.get('source', 'unknown')}); train at that length with "
+                    f"--set data.seq_len={length}, or prepare the dataset again at "
+                    f"{data_cfg.seq_len} (the paper's options)"
                 )
     limits = {"train": data_cfg.n_train}
     limits |= {s: data_cfg.n_eval for s in dataset.splits if s != "train"}
