@@ -1096,6 +1096,12 @@ MUTATIONS = (
       'self.exit(EXIT_USAGE, f"{self.prog}: error:',
       'self.print_usage(sys.stderr); self.exit(EXIT_USAGE, f"{self.prog}: error:',
       ("tests/test_cli_conventions.py",), "usage lines printed before the one-line error"),
+    M("listops-short-trees-silent", "cli/__init__.py", "elif args.l_max is None and hi < l_max:",
+      "elif False:", ("tests/test_listops_cli.py",),
+      "generated 10-40-token trees padded to 2048 without a word"),
+    M("seq-len-error-names-config", "train/_datasets.py", 'f"--set data.seq_len={length}',
+      'f"--set data.seq_len={data_cfg.seq_len}', ("tests/test_dataset_loading.py",),
+      "the mismatch error suggests the value already set"),
 )  # fmt: skip
 
 
