@@ -10,7 +10,7 @@ import pytest
 from s5jax.config import DataConfig
 from s5jax.data import DatasetError, PreparedDataset, Split, load_prepared, save_prepared
 from s5jax.train._datasets import limit_and_check, load_dataset, prepare_named, sequence_length
-from s5jax.train._runs import data_status
+from s5jax.train._runs import data_status, prepared_note
 
 from ._fixtures import write_listops, write_speech
 
@@ -31,6 +31,8 @@ def listops_elsewhere(tmp_path, monkeypatch):
 
 def test_training_finds_data_prepared_from_another_folder(listops_elsewhere, tmp_path):
     assert data_status("listops") == "ready"
+    assert prepared_note("listops", 2048) == ""  # read from a release-like copy, at 2048
+    assert prepared_note("listops", 1000) == "L 2048, not 1000"
     ds = load_dataset(DataConfig(dataset="listops"))
     assert {k: len(v) for k, v in ds.splits.items()} == {"train": 3, "val": 2, "test": 2}
     assert ds.meta["source"] == listops_elsewhere.meta["source"]

@@ -90,6 +90,27 @@ def test_short_trees_padded_to_the_paper_length_name_the_shorter_options(
     assert "padded to L" not in capsys.readouterr().err
 
 
+def test_list_says_which_prepared_copy_cannot_train_the_experiment(tmp_path, monkeypatch, capsys):
+    # `s5jax list` said "ready" for a generated L = 40 copy that `train listops` then refuses at
+    # its length check; the note names the length and that the copy is generated.
+    monkeypatch.setenv("S5JAX_DATA", str(tmp_path / "root"))
+    argv = ["data", "prepare", "listops", "--generate", "--source", str(tmp_path / "src")]
+    assert main([*argv, "--l-max", "40", *GEN]) == 0
+    capsys.readouterr()
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("listops "))
+    assert [c.strip() for c in row.split("|")][2] == "ready (generated; L 40, not 2048)"
+    assert "train with --set data.seq_len=N" in out
+    assert main([*argv, *GEN]) == 0  # at the experiment's length: generated, nothing more
+    capsys.readouterr()
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    row = next(x for x in out.splitlines() if x.startswith("listops "))
+    assert [c.strip() for c in row.split("|")][2] == "ready (generated)"
+    assert "data.seq_len=N" not in out
+
+
 def test_l_max_reads_an_existing_copy(tmp_path, monkeypatch):
     monkeypatch.setenv("S5JAX_DATA", str(tmp_path / "root"))
     generate_listops(tmp_path / "src", n_train=6, n_val=2, n_test=2, seed=0, min_length=5,

@@ -675,13 +675,21 @@ def _config(args) -> int:
 def _list(_args) -> int:
     from ..config import list_experiments, load_experiment
     from ..train import DATA_SOURCES, data_status, summary_table
+    from ..train._runs import prepared_note
 
     rows = []
     for name in list_experiments():
         cfg = load_experiment(name)
         paper = cfg.paper.value if cfg.paper else None
-        rows.append((name, cfg.data.dataset, data_status(cfg.data.dataset), paper))
+        status = data_status(cfg.data.dataset)
+        note = prepared_note(cfg.data.dataset, cfg.data.seq_len) if status == "ready" else ""
+        rows.append((name, cfg.data.dataset, f"{status} ({note})" if note else status, paper))
     print(summary_table(rows, ["experiment", "dataset", "data", "paper"], float_format="g"))
+    if any(", not " in row[2] for row in rows):
+        print(
+            "\n(L N, not M: prepared at length N, the experiment trains at M; train with --set "
+            "data.seq_len=N, or prepare the dataset again at M.)"
+        )
     print("\nWhere the data comes from (data root: $S5JAX_DATA, default ./data):")
     for dataset, source in DATA_SOURCES.items():
         print(f"  {dataset:<11} {source}")

@@ -66,6 +66,31 @@ def data_status(dataset: str) -> str:
     return "ready" if (folder / "meta.json").is_file() else "missing"
 
 
+def prepared_note(dataset: str, seq_len: int | None = None) -> str:
+    """What `s5jax list` adds to a prepared dataset's "ready": `"generated"` when it was
+    generated here (not the release: results on it are not comparable with the paper's), and
+    its length when that is not `seq_len` (training would stop at the length check), e.g.
+    `"generated; L 250, not 2048"`; "" otherwise or when unread."""
+    import json
+
+    import numpy as np
+
+    from ._datasets import PREPARED_FOLDERS
+
+    folder = data_root() / "prepared" / PREPARED_FOLDERS.get(dataset, dataset)
+    notes = []
+    try:
+        if json.loads((folder / "meta.json").read_text()).get("meta", {}).get("generated"):
+            notes.append("generated")
+        x = np.load(folder / "train_x.npy", mmap_mode="r")  # reads the header only
+    except (OSError, ValueError, AttributeError):
+        return "; ".join(notes)
+    length = x.shape[-1] if np.issubdtype(x.dtype, np.integer) else x.shape[1]
+    if seq_len is not None and length != seq_len:
+        notes.append(f"L {length}, not {seq_len}")
+    return "; ".join(notes)
+
+
 def user_data_config(path: str | os.PathLike, overrides=()) -> tuple[ExperimentConfig, Any]:
     """A default experiment for a user's `.npz`, its settings chosen from the data.
 
