@@ -185,7 +185,9 @@ def test_missing_file(tmp_path):
 def test_not_an_npz(tmp_path):
     bad = tmp_path / "data.npz"
     bad.write_text("x,y\n1,2\n")
-    with pytest.raises(DatasetError, match=r"data\.npz: not an \.npz file.*np\.savez"):
+    # The message shows the keys training needs (val is optional) and the other format.
+    keys = r"np\.savez\(path, x_train=.*x_test=.*\(x_val, y_val optional\).*NAME_TRAIN\.ts"
+    with pytest.raises(DatasetError, match=r"data\.npz: not an \.npz file.*" + keys):
         load_user_npz(bad)
     npy = tmp_path / "single.npy"
     np.save(npy, np.zeros(3))

@@ -154,6 +154,17 @@ def test_bad_inputs_are_one_line_errors_and_write_nothing(tmp_path, capsys, bad,
     assert list(tmp_path.glob("pred.npz*")) == []
 
 
+def test_data_that_is_not_an_npz_shows_the_keys_predict_reads(tmp_path, capsys, small):
+    path = tmp_path / "new.npz"
+    path.write_text("x,y\n1,2\n")
+    out = tmp_path / "pred.npz"
+    assert main(["predict", str(small), "--data", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("s5jax predict: error: ") and err.count("\n") == 1
+    assert "not an .npz file; write your arrays with np.savez(path, x=...)" in err
+    assert "x_train" not in err and not out.exists()
+
+
 def test_an_out_that_is_a_folder_or_the_data_is_refused_first(tmp_path, capsys, small):
     """`--out` naming a folder, or the `--data` file itself (through another spelling of its
     path), is a one-line error before any work, and the data file is left as it was."""

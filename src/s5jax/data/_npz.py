@@ -92,7 +92,13 @@ def _allowed_keys() -> list[str]:
 class _Reader:
     """Reads the arrays of one npz file and words errors with the file and key."""
 
-    def __init__(self, path: Path):
+    #: How training data is written, for the message of a file that is not an `.npz`.
+    TRAINING = (
+        "np.savez(path, x_train=..., y_train=..., x_test=..., y_test=...) (x_val, y_val "
+        "optional), or give a UEA/UCR NAME_TRAIN.ts"
+    )
+
+    def __init__(self, path: Path, written: str = TRAINING):
         self.path = path
         self.splits = SPLITS  # the splits the file holds (`_check_keys`)
         if not path.exists():
@@ -100,10 +106,7 @@ class _Reader:
                 f"{path}: file not found; give the path to an .npz file written with np.savez"
             )
         if not path.is_file() or not zipfile.is_zipfile(path):
-            raise DatasetError(
-                f"{path}: not an .npz file; write your arrays with "
-                "np.savez(path, x_train=..., y_train=..., x_val=..., ...)"
-            )
+            raise DatasetError(f"{path}: not an .npz file; write your arrays with {written}")
         try:
             # Our own handle: np.load leaks the one it opens when the zip directory is bad.
             with path.open("rb") as f:

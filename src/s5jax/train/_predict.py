@@ -190,7 +190,7 @@ class _SplitView:
 
 def _read_npz(path: Path, split: str, expect: _Expect) -> tuple[str | None, dict]:
     """The arrays of `split` (or of the x-only form) of an `.npz`, checked as training does."""
-    r = _Reader(path)
+    r = _Reader(path, "np.savez(path, x=...), or with the split's keys (x_test=..., ...)")
     if "x" in r.arrays:
         names, where = {f: f for f in _FIELDS}, None
     elif f"x_{split}" in r.arrays:
