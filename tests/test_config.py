@@ -519,3 +519,39 @@ def test_added_settings_keep_old_runs_as_they_were(tmp_path, caplog):
     toml = tmp_path / "mine.toml"
     toml.write_text('base = "pendulum"\n[model]\nhead = "gaussian"\n')
     assert load_experiment(toml).model.head_activation == "tanh"
+
+
+def test_every_derived_value_names_the_keys_it_comes_from():
+    # `--set optim.lr=0.01` is what users type; lr is a property (lr_factor * ssm_lr). Every
+    # property of a section must have its entry, so a new one cannot fall back to "unknown".
+    from s5jax.config._dict import DERIVED, SECTIONS
+
+    properties = {f"{s}.{name}" for s, cls in SECTIONS.items()
+                  for name, v in vars(cls).items() if isinstance(v, property)}  # fmt: skip
+    assert properties == set(DERIVED)
+    cfg = load_experiment("synthetic")
+    for key in DERIVED:
+        section, name = key.split(".")
+        assert isinstance(getattr(SECTIONS[section], name), property)
+        with pytest.raises(ConfigError, match=rf"{re.escape(key)} is derived, not set: it is "):
+            apply_overrides(cfg, [f"{key}=1"])
+    with pytest.raises(ConfigError, match=r"optim\.lr_factor \* optim\.ssm_lr.*set optim\.lr_f"):
+        apply_overrides(cfg, ["optim.lr=0.01"])
+    assert cfg.optim.lr == cfg.optim.lr_factor * cfg.optim.ssm_lr  # what the message says
+
+
+def test_a_key_in_the_wrong_section_names_its_section(tmp_path):
+    cfg = load_experiment("synthetic")
+    for given, meant in (("train.batch_size", "data.batch_size"), ("optim.epochs", "train.epochs"),
+                         ("train.lr", "optim.lr"), ("data.dropout", "model.dropout")):  # fmt: skip
+        with pytest.raises(ConfigError, match=rf"unknown key '{re.escape(given)}'; did you mean "
+                           rf"{re.escape(meant)}\? valid keys of \["):  # fmt: skip
+            apply_overrides(cfg, [f"{given}=1"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text('base = "synthetic"\n[train]\nbatch_size = 4\n')
+    with pytest.raises(ConfigError, match=r"train: unknown key 'batch_size'; did you mean "
+                       r"data\.batch_size\?"):  # fmt: skip
+        load_experiment(bad)
+    bad.write_text('base = "synthetic"\n[optim]\nlr = 0.01\n')
+    with pytest.raises(ConfigError, match=r"optim\.lr is derived, not set"):
+        load_experiment(bad)

@@ -114,11 +114,39 @@ def _section(cls: type, key: str, raw: Any, source: str | None = None) -> Any:
     valid = list(field_hints(cls))
     unknown = [k for k in raw if k not in valid]
     if unknown:
-        raise ConfigError(
-            f"{key}: unknown key {unknown[0]!r}; {did_you_mean(unknown[0], valid)}"
-            f"valid keys of [{key}]: {', '.join(valid)}"
-        )
+        raise ConfigError(f"{key}: {unknown_key(key, unknown[0], qualified=False)}")
     return cls(**raw)
+
+
+#: The config's derived values (properties of its sections), what each is made of, and so
+#: which keys set it; `--set optim.lr=...` names them instead of "unknown key".
+DERIVED = {
+    "optim.lr": "optim.lr_factor * optim.ssm_lr (the authors' convention): set optim.lr_factor "
+    "to the lr you want / optim.ssm_lr",
+    "model.state_size": "the states stored: model.ssm_size / 2 with model.conj_sym, else "
+    "model.ssm_size",
+    "model.block_size": "model.ssm_size / model.blocks",
+    "data.resolved_eval_batch_size": "data.eval_batch_size, or data.batch_size when that is none",
+    "paper.scale": "the factor of paper.unit (0.01 for %)",
+    "paper.raw_value": "paper.value times the factor of paper.unit",
+}
+
+
+def unknown_key(section: str, name: str, *, qualified: bool = True) -> str:
+    """Why `section.name` is not a setting, and what to write: a derived value names the keys
+    it comes from (`optim.lr`); a key of another section names that section (`train.batch_size`
+    → `data.batch_size`); else the close names and the section's valid keys. The unknown key
+    is named `section.name`, or `name` alone when not `qualified` (in a file's `[section]`)."""
+    key = f"{section}.{name}"
+    if key in DERIVED:
+        return f"{key} is derived, not set: it is {DERIVED[key]}"
+    valid = list(field_hints(SECTIONS[section]))
+    elsewhere = [f"{other}.{name}" for other, cls in SECTIONS.items()
+                 if other != section and name in field_hints(cls)]  # fmt: skip
+    elsewhere += [k for k in DERIVED if k.endswith(f".{name}")]
+    hint = f"did you mean {' or '.join(elsewhere)}? " if elsewhere else did_you_mean(name, valid)
+    named = key if qualified else name
+    return f"unknown key {named!r}; {hint}valid keys of [{section}]: {', '.join(valid)}"
 
 
 def from_dict(raw: Mapping[str, Any], *, dumped: bool = False) -> ExperimentConfig:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ._dict import SECTIONS, from_dict, to_dict
+from ._dict import SECTIONS, from_dict, to_dict, unknown_key
 from ._schema import ExperimentConfig
 from ._types import ConfigError, did_you_mean, field_hints, parse_string
 
@@ -53,10 +53,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         )
     hints = field_hints(SECTIONS[section])
     if name not in hints:
-        raise ConfigError(
-            f"override {text!r}: unknown key {key!r}; {did_you_mean(name, hints)}"
-            f"valid keys of [{section}]: {', '.join(hints)}"
-        )
+        raise ConfigError(f"override {text!r}: {unknown_key(section, name)}")
     return key, parse_string(key, value, hints[name])
 
 
