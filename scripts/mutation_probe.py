@@ -1102,6 +1102,15 @@ MUTATIONS = (
     M("seq-len-error-names-config", "train/_datasets.py", 'f"--set data.seq_len={length}',
       'f"--set data.seq_len={data_cfg.seq_len}', ("tests/test_dataset_loading.py",),
       "the mismatch error suggests the value already set"),
+    M("config-derived-unknown", "config/_dict.py", "    if key in DERIVED:", "    if False:",
+      ("tests/test_config.py",), "`--set optim.lr=0.01` is only 'unknown key'"),
+    M("config-wrong-section-no-hint", "config/_dict.py",
+      "if other != section and name in field_hints(cls)]", "if False]",
+      ("tests/test_config.py",), "`train.batch_size` does not point at data.batch_size"),
+    M("not-npz-training-keys-for-predict", "train/_predict.py",
+      'r = _Reader(path, "np.savez(path, x=...), or with',
+      'r = _Reader(path) or ("np.savez(path, x=...), or with',
+      ("tests/test_predict.py",), "predict's not-an-npz error shows the training keys"),
 )  # fmt: skip
 
 
