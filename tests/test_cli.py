@@ -77,6 +77,8 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys):
     assert main(["train", "--data", str(bad)]) == 2
     assert "y_train" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "nowhere")]) == 2
+    assert f"{tmp_path / 'nowhere'}: no such run directory" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path)]) == 2  # a folder, but not a run's
     assert "not an s5jax run directory" in capsys.readouterr().err
 
 

@@ -176,6 +176,10 @@ def load_run(
     """
     run_dir = Path(run_dir)
     config_path = run_dir / "config.json"
+    if not run_dir.exists():
+        raise FileNotFoundError(
+            f"{run_dir}: no such run directory (give the --workdir of an `s5jax train` run)"
+        )
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} not found: {run_dir} is not an s5jax run directory")
     config = load_experiment(config_path)
