@@ -277,3 +277,16 @@ def test_one_process_holds_every_row_and_shard_local_equals_shard():
     assert parallel.local_rows(8) == slice(0, 8)
     batch = {"x": np.arange(16.0).reshape(8, 2)}
     np.testing.assert_array_equal(parallel.shard_local(batch, 8)["x"], parallel.shard(batch)["x"])
+
+
+def test_a_batch_size_the_devices_do_not_divide_names_the_next_that_fits():
+    class ThreeDevices(DataParallel):
+        n_devices = 3  # the check reads only the count
+
+    parallel = ThreeDevices(DataParallel.local().mesh)
+    parallel.check_batch_size(9, "data.batch_size")
+    with pytest.raises(ValueError, match=r"data\.batch_size=8 must be divisible by the number "
+                       r"of devices \(3\).*\(--set data\.batch_size=9\)"):  # fmt: skip
+        parallel.check_batch_size(8, "data.batch_size")
+    with pytest.raises(ValueError, match=r"--batch-size=5 .*\(--batch-size 6\)"):
+        parallel.check_batch_size(5, "--batch-size")

@@ -78,9 +78,13 @@ class DataParallel:
 
     def check_batch_size(self, batch_size: int, name: str) -> None:
         if batch_size % self.n_devices:
+            n = self.n_devices
+            up = -(-batch_size // n) * n
+            fix = f"{name} {up}" if name.startswith("--") else f"--set {name}={up}"
             raise ValueError(
-                f"{name}={batch_size} must be divisible by the number of devices "
-                f"({self.n_devices}) for data parallelism; choose a multiple of {self.n_devices}"
+                f"{name}={batch_size} must be divisible by the number of devices ({n}) for "
+                f"data parallelism; set a multiple of {n} ({fix}) or run on a number of "
+                f"devices that divides {batch_size}"
             )
 
     def replicate(self, tree):
