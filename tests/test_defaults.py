@@ -403,3 +403,52 @@ def test_train_eval_predict_export_use_one_normalisation(tmp_path, capsys):
     np.testing.assert_allclose(log_probs, np.load(tmp_path / "p.npz")["log_probs"], atol=1e-4)
     spec = json.loads((folder / "spec.json").read_text())
     assert spec["normalization"] == {"mode": "example"} and spec["step"] is None
+
+
+def test_time_step_is_the_median_of_valid_increments_against_numpy():
+    """The padding's times (zeros, or anything) and repeated times do not count; without `t`
+    there is no time step."""
+    rng = np.random.default_rng(11)
+    n, L = 30, 20
+    lengths = rng.integers(2, L + 1, n)
+    t = np.cumsum(rng.exponential(0.3, (n, L)), axis=1)
+    t[np.arange(L)[None, :] >= lengths[:, None]] = -5.0  # padding: decreasing, never counted
+    t[0, 1] = t[0, 0]  # a repeated time: a zero step, not counted
+    x = rng.standard_normal((n, L, 1)).astype(np.float32)
+    data = PreparedDataset("d", "classification", {"train": Split(x, np.zeros(n, int), lengths, t)},
+                           n_classes=2)  # fmt: skip
+    steps = np.concatenate([np.diff(t[i, : lengths[i]]) for i in range(n)])
+    assert inspect_data(data).time_step == pytest.approx(float(np.median(steps[steps > 0])))
+    data.splits["train"] = Split(x, np.zeros(n, int), lengths)
+    assert inspect_data(data).time_step is None
+
+
+def test_timescales_count_steps_in_the_times_own_unit():
+    """Δ_k = Δ·(t_k − t_(k−1)): dt_min and dt_max are the step rule's divided by the median
+    time step, so the same data with times in s, ms or h starts from the same per-step Δ."""
+    steps = _values(_facts(max_length=200))
+    assert (steps["model.dt_min"], steps["model.dt_max"]) == (0.005, 0.1)
+    for time_step in (0.25, 250.0, 0.25 / 3600):
+        v = _values(_facts(max_length=200, time_step=time_step))
+        # the per-step values, to the 3 significant digits the choices are rounded to
+        assert v["model.dt_min"] * time_step == pytest.approx(0.005, rel=5e-3)
+        assert v["model.dt_max"] * time_step == pytest.approx(0.1, rel=5e-3)
+    assert _values(_facts(max_length=200, time_step=1.0)) == steps  # regular times: unchanged
+    for mode in ("drop", "append"):  # the SSMs do not read the times' steps: unchanged
+        v = _values(_facts(max_length=200, time_step=0.25), {"model.timestep_mode": mode})
+        assert (v["model.dt_min"], v["model.dt_max"]) == (0.005, 0.1)
+
+
+def test_an_npz_with_times_describes_them_and_trains_from_the_scaled_timescales(tmp_path):
+    rng = np.random.default_rng(12)
+    path = save(tmp_path / "t.npz", rng, n=24, L=16)
+    arrays = dict(np.load(path))
+    for split in ("train", "val", "test"):
+        m = len(arrays[f"x_{split}"])
+        arrays[f"t_{split}"] = np.cumsum(np.full((m, 16), 250.0), axis=1)  # milliseconds
+    np.savez(path, **arrays)
+    config, _, chosen = chosen_of(path)
+    facts, _ = user_data_defaults(path)[2:]
+    assert facts.time_step == 250.0 and "times (median step 250)" in facts.describe()
+    assert (config.model.dt_min, config.model.dt_max) == (0.01 / 250, 0.1 / 250)
+    assert "/ the median time step 250" in chosen["model.dt_min"].reason

@@ -23,6 +23,12 @@ stands. The rules, in the order they are applied:
    [`DT_MIN_FLOOR`, `DT_MIN_CEIL`] (= [1e-4, 1e-2]); `dt_max = 0.1` as in the paper, whose
    fastest timescale of ~10 steps already resolves short events. (The paper's fixed
    dt_min = 0.001 suits L ≈ 1,000; for L = 24 it puts most timescales far beyond the data.)
+   With observation times (`t`, `model.timestep_mode = "irregular"`) step k's Δ is
+   Δ·(t_k − t_{k−1}), in the times' own unit: both values are divided by the median time
+   step of the training split, so that they count steps again (times in seconds sampled every
+   0.25 s: dt_min = 0.04 / s for 100 steps of memory; the same rule on the pendulum's times,
+   indices 0–99 with a median step of 2, gives dt_min 0.005 and dt_max 0.05 where the authors
+   chose 0.01 and 0.1).
 4. **Width** (`model.d_model` = H, `model.ssm_size` = P = H, 4 layers, J = 4 blocks): the power
    of two nearest 4·√N_train, within [`WIDTH_MIN`, `WIDTH_MAX`] = [32, 128]: small data gets a
    small model (fewer parameters to fit from few examples, and cheap).
@@ -102,6 +108,7 @@ class DataFacts:
     spread: float | None
     n_val: int | None = None  # None: no val split
     val_carved: bool = False  # the val split was carved from the training file by s5jax
+    time_step: float | None = None  # median t_k - t_(k-1) over valid steps; None: no times
 
     def describe(self) -> str:
         lengths = (
@@ -111,12 +118,13 @@ class DataFacts:
             f"{self.padded_fraction:.0%} padding)"
         )
         spread = "" if self.spread is None else f", scale spread {self.spread:.3g}"
+        times = "" if self.time_step is None else f", times (median step {self.time_step:.3g})"
         what = "per-step " if self.per_step else ""
         return (
             _examples(self.n_train)
             + ("" if self.n_val is None else f" (+{self.n_val} val)")
-            + f", {lengths}, {self.channels} channel{'' if self.channels == 1 else 's'}, "
-            f"{what}{self.task}{spread}"
+            + f", {lengths}, {self.channels} channel{'' if self.channels == 1 else 's'}"
+            + f"{times}, {what}{self.task}{spread}"
         )
 
 
@@ -156,6 +164,13 @@ def inspect_data(dataset: PreparedDataset) -> DataFacts:
         std = np.sqrt((((xd - mean[:, None]) * mask) ** 2).sum(axis=1) / count)
         spread = _quantile_spread(std)
     per_step = dataset.task == "regression" and np.asarray(train.y).ndim == 3
+    time_step = None
+    if train.t is not None:
+        t = np.asarray(train.t, np.float64)
+        valid = np.arange(1, L)[None, :] < lengths[:, None]  # the steps after each first one
+        steps = np.diff(t, axis=1)[valid]
+        steps = steps[steps > 0]
+        time_step = float(np.median(steps)) if steps.size else None
     return DataFacts(
         task=dataset.task,
         per_step=bool(per_step),
@@ -169,6 +184,7 @@ def inspect_data(dataset: PreparedDataset) -> DataFacts:
         spread=spread,
         n_val=len(dataset.splits["val"]) if "val" in dataset.splits else None,
         val_carved=bool(dataset.meta.get("val_carved", False)),
+        time_step=time_step,
     )
 
 
@@ -247,13 +263,26 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
     # 3. timescales
     if "model.dt_min" not in user and "model.dt_max" not in user:
         dt_min = float(min(max(1.0 / facts.max_length, DT_MIN_FLOOR), DT_MIN_CEIL))
+        dt_max, unit = DT_MAX, ""
+        step = facts.time_step
+        if step is not None and user.get("model.timestep_mode", "irregular") == "irregular":
+            if not math.isclose(step, 1.0, rel_tol=1e-6):
+                # Δ multiplies t_k - t_(k-1): in time units, so that both count steps again
+                dt_min, dt_max = dt_min / step, dt_max / step
+                unit = f"; / the median time step {step:.3g}, as Δ multiplies the times' steps"
         choose(
             "model.dt_min",
             float(f"{dt_min:.3g}"),
             f"1 / longest length {facts.max_length}, within [{DT_MIN_FLOOR:g}, "
-            f"{DT_MIN_CEIL:g}]: the slowest initial timescale spans the sequence",
+            f"{DT_MIN_CEIL:g}]{unit}: the slowest initial timescale spans the sequence",
         )
-        choose("model.dt_max", DT_MAX, "the paper's value: the fastest timescale ~10 steps")
+        choose(
+            "model.dt_max",
+            float(f"{dt_max:.3g}"),
+            f"the paper's value 0.1{unit}: the fastest timescale ~10 steps"
+            if unit
+            else "the paper's value: the fastest timescale ~10 steps",
+        )
 
     # 4. width
     width = min(max(_pow2(4 * math.sqrt(facts.n_train)), WIDTH_MIN), WIDTH_MAX)
