@@ -1111,6 +1111,12 @@ MUTATIONS = (
       'r = _Reader(path, "np.savez(path, x=...), or with',
       'r = _Reader(path) or ("np.savez(path, x=...), or with',
       ("tests/test_predict.py",), "predict's not-an-npz error shows the training keys"),
+    M("defaults-time-unit-ignored", "train/_defaults.py",
+      "dt_min, dt_max = dt_min / step, dt_max / step", "dt_min, dt_max = dt_min, dt_max",
+      (DEFAULTS,), "times in hours start from timescales 3,600 times those in seconds"),
+    M("defaults-time-step-counts-padding", "train/_defaults.py",
+      "steps = np.diff(t, axis=1)[valid]", "steps = np.diff(t, axis=1).ravel()",
+      (DEFAULTS,), "the padding's times count in the median time step"),
 )  # fmt: skip
 
 

@@ -412,7 +412,8 @@ def test_time_step_is_the_median_of_valid_increments_against_numpy():
     n, L = 30, 20
     lengths = rng.integers(2, L + 1, n)
     t = np.cumsum(rng.exponential(0.3, (n, L)), axis=1)
-    t[np.arange(L)[None, :] >= lengths[:, None]] = -5.0  # padding: decreasing, never counted
+    pad = np.arange(L)[None, :] >= lengths[:, None]
+    t = np.where(pad, t + 7.0 * np.arange(L), t)  # padding's times: increasing, never counted
     t[0, 1] = t[0, 0]  # a repeated time: a zero step, not counted
     x = rng.standard_normal((n, L, 1)).astype(np.float32)
     data = PreparedDataset("d", "classification", {"train": Split(x, np.zeros(n, int), lengths, t)},
