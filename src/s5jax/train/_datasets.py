@@ -138,15 +138,17 @@ def load_user_data(path, data_cfg=None, *, announce: bool = True) -> PreparedDat
     return dataset
 
 
-def load_dataset(data_cfg) -> PreparedDataset:
+def load_dataset(data_cfg, *, announce: bool = True) -> PreparedDataset:
     """The dataset named by `data_cfg.dataset` (a registered name, or a path to a `.npz` or
     to a UEA/UCR `NAME_TRAIN.ts`), its float inputs normalised as `data_cfg.normalize` says
-    (statistics from its train split; `s5jax.data._normalize`)."""
+    (statistics from its train split; `s5jax.data._normalize`). `announce`: log how a user
+    file's val split was made (training says it; eval and predict of a run do not repeat it)."""
     from ..data._normalize import normalize_dataset
 
     name = data_cfg.dataset
     if is_user_file(name):
-        return normalize_dataset(load_user_data(name, data_cfg), data_cfg.normalize)
+        dataset = load_user_data(name, data_cfg, announce=announce)
+        return normalize_dataset(dataset, data_cfg.normalize)
     if name not in DATASETS:
         raise ValueError(
             f"data.dataset = {name!r}: {_close(name, sorted(DATASETS))}known datasets: "

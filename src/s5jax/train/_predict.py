@@ -243,7 +243,7 @@ def _read_source(run: _Run, expect: _Expect, data, split: str) -> tuple[str | No
     if name is None or name == config.data.dataset:
         dataset = run.dataset
         if dataset.meta.get(SPEC_ONLY):  # the run's own data named by its full path
-            dataset = load_dataset(config.data)
+            dataset = load_dataset(config.data, announce=False)
     elif name.endswith(".npz") or Path(name).expanduser().exists():
         where, arrays = _read_npz(Path(name).expanduser(), split, expect)
         # New data gets the training data's normalisation (data.normalize, train statistics).

@@ -214,7 +214,7 @@ def _training_data(config: ExperimentConfig, run_dir: Path) -> PreparedDataset:
             f"{run_dir} was trained on {source}, which is not there any more: put the file "
             f"back at that path{without}"
         )
-    return load_dataset(config.data)
+    return load_dataset(config.data, announce=False)  # said when the run trained
 
 
 def evaluate_run(
