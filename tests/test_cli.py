@@ -98,7 +98,7 @@ def test_missing_data_names_the_flags_that_point_elsewhere(tmp_path, monkeypatch
     monkeypatch.setenv("S5JAX_DATA", str(tmp_path))
     assert main(["data", "prepare", name]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("s5jax data: error: ") and err.count("\n") == 1
+    assert err.startswith("s5jax data prepare: error: ") and err.count("\n") == 1
     assert "`--source PATH` (`s5jax data prepare`)" in err
     assert "`--set data.root=PATH` (`s5jax train`)" in err
     generates = name in ("listops", "pathfinder", "pathx")

@@ -930,7 +930,7 @@ def main(argv: list[str] | None = None) -> int:
         code, message = _failure(e, args, sys.argv[1:] if argv is None else argv)
         if args.debug:
             traceback.print_exc()
-        print(f"s5jax {args.command}: error: {message}", file=sys.stderr)
+        print(f"{_innermost(parser, args).prog}: error: {message}", file=sys.stderr)
         return code
     finally:  # `main` called in-process (tests, notebooks) leaves the library as it found it
         set_progress_factory(previous_factory)
