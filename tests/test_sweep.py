@@ -353,6 +353,8 @@ def test_device_slots():
     ("text", "message"),
     [
         ('base = "synthetic"\n[grid]\noptim.ssm_rate = [1]\n', "optim.ssm_rate"),
+        ('base = "synthetic"\n[grid]\noptim.lr = [1e-3]\n',
+         "[grid] optim.lr: optim.lr is derived, not set: it is optim.lr_factor * optim.ssm_lr"),
         ('base = "synthetic"\n[grid]\nssm_lr = [1]\n', "ssm_lr: expected section.key"),
         ('base = "synthetic"\n[grid]\noptim.ssm_lr = []\n', "optim.ssm_lr: the list"),
         ('base = "synthetic"\n[grid]\noptim.ssm_lr = { log_uniform = [1e-4, 1e-2] }\n',

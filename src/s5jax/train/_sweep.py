@@ -432,7 +432,7 @@ def _check_key(source: str, table: str, key: str) -> None:
     try:
         parse_override(f"{key}=0")
     except ConfigError as e:
-        if "unknown" in str(e):
+        if "unknown" in str(e) or "is derived" in str(e):  # the key, not the 0
             raise _space_error(source, f"[{table}] {key}: {str(e).split(': ', 1)[1]}") from None
 
 
