@@ -450,3 +450,103 @@ def test_prepare_uea_writes_npz_that_load_user_npz_reads_the_same(tmp_path, monk
     assert [p.name for p, _ in convert_ts(src / "Demo", tmp_path / "o")] == ["Demo.npz"]
     assert main(["data", "prepare", "pendulum", "--missing", "zero"]) == 2
     assert "--missing applies to `s5jax data prepare uea` only" in capsys.readouterr().err
+
+
+def timed_pair(tmp_path):
+    """Two channels with gaps, variable lengths, numeric times of median step 2, string
+    classes: every conversion `predict --data NEW.ts` must repeat as training did."""
+    rng = np.random.default_rng(21)
+    header = ("@problemName Tm\n@timeStamps true\n@missing true\n@univariate false\n"
+              "@dimensions 2\n@equalLength false\n@classLabel true up down\n")  # fmt: skip
+
+    def part(n):
+        ex, times = [], []
+        for _ in range(n):
+            L = int(rng.integers(4, 9))
+            t = np.cumsum(rng.choice([1, 2, 2, 3], L)) + 100
+            chans = [np.where(rng.random(L) < 0.15, np.nan, rng.standard_normal(L).round(5))
+                     for _ in range(2)]  # fmt: skip
+            chans[0][0] = 0.5  # a first value to fill forward from
+            ex.append(chans)
+            times.append(list(t))
+        return ex, times
+
+    (train, t_train), (test, t_test) = part(24), part(7)
+    lab_train = ["up", "down"] * 12
+    lab_test = ["down", "up", "up", "down", "up", "down", "down"]
+    return write_pair(tmp_path / "data", "Tm", (train, lab_train), (test, lab_test), header,
+                      times=(t_train, t_test))  # fmt: skip
+
+
+def test_predict_on_a_ts_file_equals_the_runs_own_test_split(tmp_path, capsys):
+    """Two views of the same examples: `predict RUN --data Tm_TEST.ts` reads the file as
+    training read it (missing values filled by data.missing, times in the training file's
+    unit, labels by class name), so its predictions and metrics are the run's own test
+    split's; the same file without labels gives the same predictions and no metrics."""
+    path = timed_pair(tmp_path)
+    run = tmp_path / "run"
+    sets = [*TINY, "train.epochs=1", "data.missing=ffill", "data.val_fraction=0"]
+    argv = ["train", "--data", str(path), "--workdir", str(run), "--no-progress",
+            *[a for o in sets for a in ("--set", o)]]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    own, new, bare = (tmp_path / f"{n}.npz" for n in ("own", "new", "bare"))
+    assert main(["predict", str(run), "--split", "test", "--out", str(own), "--no-progress"]) == 0
+    own_line = json.loads(capsys.readouterr().out)
+    test_file = path.with_name("Tm_TEST.ts")
+    assert main(["predict", str(run), "--data", str(test_file), "--out", str(new),
+                 "--no-progress"]) == 0  # fmt: skip
+    new_line = json.loads(capsys.readouterr().out)
+    assert new_line["n"] == own_line["n"] == 7
+    assert new_line["loss"] == pytest.approx(own_line["loss"], rel=1e-6)
+    assert new_line["accuracy"] == own_line["accuracy"]
+    a, b = np.load(own), np.load(new)
+    np.testing.assert_allclose(b["log_probs"], a["log_probs"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(b["pred"], a["pred"])
+    head, body = test_file.read_text().split("@data\n")
+    unlabelled = tmp_path / "Unlabelled.ts"
+    unlabelled.write_text(head.replace("@classLabel true up down", "@classLabel false")
+                          + "@data\n" + "".join(row.rsplit(":", 1)[0] + "\n"
+                                                for row in body.splitlines()))  # fmt: skip
+    assert main(["predict", str(run), "--data", str(unlabelled), "--out", str(bare),
+                 "--no-progress"]) == 0  # fmt: skip
+    captured = capsys.readouterr()
+    assert captured.out == "" and "wrote 7 predictions" in captured.err  # no targets: no metric
+    np.testing.assert_array_equal(np.load(bare)["pred"], a["pred"])
+
+
+_TM = "@problemName N\n@missing false\n@equalLength true\n"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (_TM + "@timeStamps true\n@univariate false\n@dimensions 2\n"
+         "@classLabel true up down sideways\n@data\n(100,1.0),(102,2.0):(100,1.0),(102,2.0):"
+         "sideways\n", "class label(s) sideways that the run was not trained on (its classes: "),
+        (_TM + "@timeStamps false\n@univariate false\n@dimensions 2\n@classLabel true up down"
+         "\n@data\n1.0,2.0:1.0,2.0:up\n",
+         "has no timestamps (@timeStamps) but the run was trained with times"),
+        (_TM + "@timeStamps true\n@univariate true\n@classLabel true up down\n@data\n"
+         "(100,1.0),(102,2.0):up\n", "has 1 dimension per step; this run's model reads 2"),
+        (_TM + "@timeStamps true\n@univariate false\n@dimensions 2\n@targetLabel true\n"
+         "@data\n(100,1.0),(102,2.0):(100,1.0),(102,2.0):0.5\n",
+         "holds regression labels but the run's model does classification"),
+    ],
+)  # fmt: skip
+def test_predict_on_a_ts_file_refuses_what_the_run_cannot_read(tmp_path, capsys, text, message):
+    path = timed_pair(tmp_path)
+    run = tmp_path / "run"
+    sets = [*TINY, "train.epochs=1", "data.missing=ffill", "data.val_fraction=0"]
+    argv = ["train", "--data", str(path), "--workdir", str(run), "--no-progress",
+            *[a for o in sets for a in ("--set", o)]]  # fmt: skip
+    assert main(argv) == 0
+    new = tmp_path / "New_TEST.ts"
+    new.write_text(text)
+    capsys.readouterr()
+    out = tmp_path / "p.npz"
+    assert main(["predict", str(run), "--data", str(new), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"s5jax predict: error: {new}: ") and err.count("\n") == 1
+    assert message in err, err
+    assert not out.exists()

@@ -422,7 +422,8 @@ def _predict_parser(sub) -> None:
         "--data",
         metavar="FILE",
         help="an .npz in the own-data format (a split x_{split}, or only x with optional "
-        "lengths, t and y) or a prepared dataset's name (default: the run's own data)",
+        "lengths, t and y), a UEA/UCR .ts file (labels optional; read as the run's training "
+        "file was), or a prepared dataset's name (default: the run's own data)",
     )
     pred.add_argument(
         "--split", default="test", help="which split of --data to predict (default test)"

@@ -227,6 +227,62 @@ def _read_npz(path: Path, split: str, expect: _Expect) -> tuple[str | None, dict
     return where, {"x": x, "y": y, "lengths": lengths, "t": t}
 
 
+def _read_ts(path: Path, run: _Run, expect: _Expect) -> dict:
+    """The examples of one UEA/UCR `.ts` file, read as the run's training file was: missing
+    values filled by its `data.missing`, times in its unit (the training file's median step),
+    class labels by its class names; labels (or targets) are optional."""
+    from ..data._uea import _fill_missing, _stack, read_ts
+
+    if not path.is_file():
+        raise FileNotFoundError(f"--data {path}: no such file")
+    if expect.tokens:
+        raise DatasetError(f"{path}: this run's model reads token ids; a .ts file holds values")
+    f = read_ts(path)
+    if not f.values:
+        raise DatasetError(f"{path}: holds no series; give at least one")
+    if f.channels != expect.d_input:
+        raise DatasetError(
+            f"{path}: has {f.channels} dimension{'s' if f.channels > 1 else ''} per step; this "
+            f"run's model reads {expect.d_input} (the training data's width)"
+        )
+    meta = run.dataset.meta
+    unit = meta.get("time_unit")
+    if bool(f.header.get("timestamps")) != (unit is not None):
+        has, was = ("has", "was not") if unit is None else ("has no", "was")
+        raise DatasetError(
+            f"{path}: {has} timestamps (@timeStamps) but the run {was} trained with times; "
+            "give series sampled as the training file's were"
+        )
+    lengths = [v.shape[1] for v in f.values]
+    filled = _fill_missing(f, run.config.data.missing, lengths)
+    # Padded to the training data's length, as the run's own splits are: a bidirectional
+    # layer's reverse scan and BatchNorm see the padding (the authors' model does the same).
+    trained = run.dataset.splits["train"].x.shape[1]
+    x, n, t = _stack(f, filled, max(*lengths, trained), unit)
+    y = None
+    if f.task is not None:
+        if f.task != run.dataset.task:
+            raise DatasetError(
+                f"{path}: holds {f.task} labels but the run's model does {run.dataset.task}; "
+                "give the file of the run's problem (or one without labels)"
+            )
+        if f.task == "classification":
+            classes = meta.get("classes")
+            if classes is None:  # a model trained on an .npz: its classes are 0 .. C-1
+                classes = [str(i) for i in range(run.dataset.n_classes)]
+            index = {c: i for i, c in enumerate(classes)}
+            unknown = sorted({str(label) for label in f.labels} - set(index))
+            if unknown:
+                raise DatasetError(
+                    f"{path}: has class label(s) {', '.join(unknown[:5])} that the run was not "
+                    f"trained on (its classes: {', '.join(classes)})"
+                )
+            y = np.array([index[str(label)] for label in f.labels], np.int32)
+        else:
+            y = np.array(f.labels, np.float32)
+    return {"x": x, "y": y, "lengths": n, "t": t}
+
+
 def _check_split(dataset: PreparedDataset, split: str) -> None:
     if split not in dataset.splits:
         raise ValueError(
@@ -244,6 +300,12 @@ def _read_source(run: _Run, expect: _Expect, data, split: str) -> tuple[str | No
         dataset = run.dataset
         if dataset.meta.get(SPEC_ONLY):  # the run's own data named by its full path
             dataset = load_dataset(config.data, announce=False)
+    elif name.lower().endswith(".ts"):
+        path = Path(name).expanduser()
+        arrays = _read_ts(path, run, expect)
+        info = run.dataset.meta.get("normalization")
+        arrays["x"] = normalize_inputs(arrays["x"], arrays["lengths"], info)
+        return None, arrays, name
     elif name.endswith(".npz") or Path(name).expanduser().exists():
         where, arrays = _read_npz(Path(name).expanduser(), split, expect)
         # New data gets the training data's normalisation (data.normalize, train statistics).
@@ -259,7 +321,7 @@ def _read_source(run: _Run, expect: _Expect, data, split: str) -> tuple[str | No
         dataset = apply_normalization(raw, run.dataset.meta.get("normalization"))
     else:
         raise FileNotFoundError(
-            f"--data {name}: no such file; give an .npz file or a dataset name "
+            f"--data {name}: no such file; give an .npz or a UEA/UCR .ts file, or a dataset name "
             f"(one of {', '.join(sorted(DATASETS))})"
         )
     _check_split(dataset, split)
@@ -399,8 +461,10 @@ def predict_run(
       for classification ((N, L, C) and (N, L) per step), `pred` (N, D) or (N, L, D) for
       regression, `mean` and `variance` (N, L, D) for the Gaussian head.
     - `data`: an `.npz` (own-data format: split `x_{split}`, or only `x` with optional
-      `lengths`, `t`, `y`) or a prepared dataset's name; default the run's own data.
-    - `split`: which split of `data`.
+      `lengths`, `t`, `y`), a UEA/UCR `.ts` file (labels optional; missing values, times
+      and class names as the run's training file had them; padded to the training length) or
+      a prepared dataset's name; default the run's own data.
+    - `split`: which split of `data` (not used for a `.ts` file, which is one split).
     - `which`: the checkpoint, `"best"` or `"latest"`.
     - `stream`: feed the data step by step through the online API (causal models only).
     - `batch_size`: examples per batch (default the run's `data.eval_batch_size`).
