@@ -1117,6 +1117,18 @@ MUTATIONS = (
     M("defaults-time-step-counts-padding", "train/_defaults.py",
       "steps = np.diff(t, axis=1)[valid]", "steps = np.diff(t, axis=1).ravel()",
       (DEFAULTS,), "the padding's times count in the median time step"),
+    M("predict-ts-time-unit-ignored", "train/_predict.py",
+      "x, n, t = _stack(f, filled, max(*lengths, trained), unit)",
+      "x, n, t = _stack(f, filled, max(*lengths, trained), unit and 1.0)",
+      (UEA,), "predict --data NEW.ts reads times in the file's unit, not the training file's"),
+    M("predict-ts-own-padding", "train/_predict.py",
+      "x, n, t = _stack(f, filled, max(*lengths, trained), unit)",
+      "x, n, t = _stack(f, filled, max(lengths), unit)",
+      (UEA,), "predict --data NEW.ts pads to the file's longest series, not the training's"),
+    M("predict-ts-fills-zero", "train/_predict.py",
+      "filled = _fill_missing(f, run.config.data.missing, lengths)",
+      'filled = _fill_missing(f, "zero", lengths)',
+      (UEA,), "predict --data NEW.ts fills gaps with zeros whatever data.missing says"),
 )  # fmt: skip
 
 
