@@ -10,7 +10,7 @@ s5jax train --data FILE.npz [--set ...]        your own data, default model
 s5jax train EXPERIMENT --seeds 0-19 [--workdir DIR]   one run per seed, and their mean ± std
 s5jax sweep SPACE.toml | EXPERIMENT --set key=a,b,c [--sample N]   search, select by val
 s5jax eval RUN_DIR [--split test] [--step-rescale R] [--checkpoint best|latest]
-s5jax predict RUN_DIR --out PRED.npz [--data FILE.npz|DATASET] [--split NAME] [--stream]
+s5jax predict RUN_DIR --out PRED.npz [--data FILE.npz|FILE.ts|DATASET] [--split NAME] [--stream]
 s5jax export RUN_DIR --out DIR [--checkpoint best|latest] [--length L] [--overwrite]
 s5jax plot RUN [RUN ...] --out FILE.png [--metric NAME]   compare runs' curves
 s5jax list
