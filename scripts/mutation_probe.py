@@ -1129,6 +1129,10 @@ MUTATIONS = (
       "filled = _fill_missing(f, run.config.data.missing, lengths)",
       'filled = _fill_missing(f, "zero", lengths)',
       (UEA,), "predict --data NEW.ts fills gaps with zeros whatever data.missing says"),
+    M("predict-ts-pads-equal-length-runs", "train/_predict.py",
+      "trained = train.x.shape[1] if train.lengths is not None else 0",
+      "trained = train.x.shape[1]",
+      (UEA,), "a run trained on one length pads shorter series, which its plain mean pools"),
 )  # fmt: skip
 
 

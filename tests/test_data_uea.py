@@ -550,3 +550,39 @@ def test_predict_on_a_ts_file_refuses_what_the_run_cannot_read(tmp_path, capsys,
     assert err.startswith(f"s5jax predict: error: {new}: ") and err.count("\n") == 1
     assert message in err, err
     assert not out.exists()
+
+
+def test_predict_on_a_ts_file_of_an_equal_length_run_is_not_padded(tmp_path, capsys):
+    """A run trained on series of one length (no padding, plain mean pooling) predicts on a
+    file of shorter series at their own length: the same predictions as the `.npz` form of
+    the same values. Series of several lengths are padded, with a warning (the mean pools
+    the padding)."""
+    rng = np.random.default_rng(22)
+    path = write_pair(tmp_path / "data", "Demo", univariate(rng, 24, 12, ["1", "2", "10"]),
+                      univariate(rng, 6, 12, ["1", "2", "10"]), HEADER_UNI)  # fmt: skip
+    run = tmp_path / "run"
+    sets = [*TINY, "train.epochs=1", "data.val_fraction=0"]
+    argv = ["train", "--data", str(path), "--workdir", str(run), "--no-progress",
+            *[a for o in sets for a in ("--set", o)]]  # fmt: skip
+    assert main(argv) == 0
+    assert json.loads((run / "config.json").read_text())["model"]["pooling"] == "mean"
+    header = "@problemName Demo\n@univariate true\n@classLabel true 1 2 10\n"
+    values = [rng.standard_normal(8).round(6) for _ in range(5)]
+    short = tmp_path / "Short.ts"
+    short.write_text(ts_text([[v] for v in values], ["2"] * 5, header))
+    as_npz = tmp_path / "short.npz"
+    np.savez(as_npz, x=np.stack(values)[..., None].astype(np.float32))
+    outs = {}
+    for name, data in (("ts", short), ("npz", as_npz)):
+        outs[name] = tmp_path / f"{name}-pred.npz"
+        assert main(["predict", str(run), "--data", str(data), "--out", str(outs[name]),
+                     "--no-progress"]) == 0  # fmt: skip
+    np.testing.assert_allclose(np.load(outs["ts"])["log_probs"], np.load(outs["npz"])["log_probs"],
+                               rtol=1e-6, atol=1e-6)  # fmt: skip
+    capsys.readouterr()
+    mixed = tmp_path / "Mixed.ts"
+    mixed.write_text(ts_text([[values[0][:6]], [values[1]]], ["1", "2"], header))
+    assert main(["predict", str(run), "--data", str(mixed), "--out", str(tmp_path / "m.npz"),
+                 "--no-progress"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "series of 6 to 8 steps are padded to 8" in err and "plain mean" in err

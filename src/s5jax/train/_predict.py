@@ -11,6 +11,7 @@ through the model's online API instead; for causal models the outputs are the sa
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import sys
 import zipfile
@@ -33,6 +34,8 @@ from ._engine import _host_batch, _model_inputs, _Run
 from ._progress import Progress
 from ._runs import load_run
 from ._steps import per_example_loss
+
+log = logging.getLogger("s5jax")
 
 __all__ = ["predict_run"]
 
@@ -255,9 +258,18 @@ def _read_ts(path: Path, run: _Run, expect: _Expect) -> dict:
         )
     lengths = [v.shape[1] for v in f.values]
     filled = _fill_missing(f, run.config.data.missing, lengths)
-    # Padded to the training data's length, as the run's own splits are: a bidirectional
-    # layer's reverse scan and BatchNorm see the padding (the authors' model does the same).
-    trained = run.dataset.splits["train"].x.shape[1]
+    # Padded to the training data's length when that was padded, as the run's own splits
+    # are: a bidirectional layer's reverse scan and BatchNorm see the padding (as in the
+    # authors' model). Equal-length training data was not padded, nor is this file then.
+    train = run.dataset.splits["train"]
+    trained = train.x.shape[1] if train.lengths is not None else 0
+    if trained == 0 and len(set(lengths)) > 1 and expect.pooling == "mean":
+        log.warning(
+            "%s: series of %d to %d steps are padded to %d, and this run's model (trained on "
+            "series of one length) pools with a plain mean: the padding enters the "
+            "predictions of the shorter series",
+            path, min(lengths), max(lengths), max(lengths),
+        )  # fmt: skip
     x, n, t = _stack(f, filled, max(*lengths, trained), unit)
     y = None
     if f.task is not None:
@@ -462,7 +474,8 @@ def predict_run(
       regression, `mean` and `variance` (N, L, D) for the Gaussian head.
     - `data`: an `.npz` (own-data format: split `x_{split}`, or only `x` with optional
       `lengths`, `t`, `y`), a UEA/UCR `.ts` file (labels optional; missing values, times
-      and class names as the run's training file had them; padded to the training length) or
+      and class names as the run's training file had them; padded to the training length
+      when the training data was padded) or
       a prepared dataset's name; default the run's own data.
     - `split`: which split of `data` (not used for a `.ts` file, which is one split).
     - `which`: the checkpoint, `"best"` or `"latest"`.
