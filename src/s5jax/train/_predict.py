@@ -312,14 +312,12 @@ def _read_source(run: _Run, expect: _Expect, data, split: str) -> tuple[str | No
         dataset = run.dataset
         if dataset.meta.get(SPEC_ONLY):  # the run's own data named by its full path
             dataset = load_dataset(config.data, announce=False)
-    elif name.lower().endswith(".ts"):
+    elif name.lower().endswith((".ts", ".npz")) or Path(name).expanduser().exists():
         path = Path(name).expanduser()
-        arrays = _read_ts(path, run, expect)
-        info = run.dataset.meta.get("normalization")
-        arrays["x"] = normalize_inputs(arrays["x"], arrays["lengths"], info)
-        return None, arrays, name
-    elif name.endswith(".npz") or Path(name).expanduser().exists():
-        where, arrays = _read_npz(Path(name).expanduser(), split, expect)
+        if name.lower().endswith(".ts"):  # one split: --split does not apply
+            where, arrays = None, _read_ts(path, run, expect)
+        else:
+            where, arrays = _read_npz(path, split, expect)
         # New data gets the training data's normalisation (data.normalize, train statistics).
         info = run.dataset.meta.get("normalization")
         arrays["x"] = normalize_inputs(arrays["x"], arrays["lengths"], info)
