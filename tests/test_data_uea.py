@@ -503,7 +503,15 @@ def test_predict_on_a_ts_file_equals_the_runs_own_test_split(tmp_path, capsys):
     a, b = np.load(own), np.load(new)
     np.testing.assert_allclose(b["log_probs"], a["log_probs"], rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(b["pred"], a["pred"])
+    # The class names travel with the predictions (label i is classes[i], as training
+    # encoded them): naming each prediction and comparing with the file's own labels
+    # gives the run's accuracy (reversed names would give 1 - accuracy: 7 examples, never 0.5).
     head, body = test_file.read_text().split("@data\n")
+    labels = [row.rsplit(":", 1)[1] for row in body.splitlines()]
+    with np.load(new, allow_pickle=False) as f:
+        assert sorted(f["classes"].tolist()) == ["down", "up"]
+        named = f["classes"][f["pred"]]
+    assert np.mean(named == np.array(labels)) == pytest.approx(new_line["accuracy"])
     unlabelled = tmp_path / "Unlabelled.ts"
     unlabelled.write_text(head.replace("@classLabel true up down", "@classLabel false")
                           + "@data\n" + "".join(row.rsplit(":", 1)[0] + "\n"

@@ -394,18 +394,23 @@ def _losses(head: str):
     return jax.jit(jax.vmap(lambda o, y: per_example_loss(head, o, y)))
 
 
-def _named_outputs(head: str, out) -> dict[str, np.ndarray]:
+def _named_outputs(head: str, out, classes=None) -> dict[str, np.ndarray]:
+    """The predictions file's arrays; `classes` (the training file's class names, label i is
+    `classes[i]`) is stored with a classifier's predictions, so `classes[pred]` names them."""
     if head == "gaussian":
         mean, variance = out
         return {"mean": np.asarray(mean), "variance": np.asarray(variance)}
     out = np.asarray(out)
     if head in ("classification", "retrieval"):
-        return {"log_probs": out, "pred": np.argmax(out, axis=-1).astype(np.int32)}
+        named = {"log_probs": out, "pred": np.argmax(out, axis=-1).astype(np.int32)}
+        if classes:
+            named["classes"] = np.array([str(c) for c in classes], dtype=np.str_)
+        return named
     return {"pred": out}
 
 
 #: Every array name a predictions file can hold (`_named_outputs`, for any head).
-PREDICTION_KEYS = frozenset({"log_probs", "pred", "mean", "variance"})
+PREDICTION_KEYS = frozenset({"log_probs", "pred", "classes", "mean", "variance"})
 
 
 def _is_predictions(path: Path) -> bool:
@@ -468,7 +473,9 @@ def predict_run(
     **Arguments:**
     - `run_dir`: a run directory written by `s5jax train`.
     - `out`: the predictions file, written atomically: `log_probs` (N, C) and `pred` (N,)
-      for classification ((N, L, C) and (N, L) per step), `pred` (N, D) or (N, L, D) for
+      for classification ((N, L, C) and (N, L) per step), with `classes` (C,) when the
+      training data named its classes (a `.ts` file's labels, Speech Commands' words:
+      `classes[pred]` are the predicted names), `pred` (N, D) or (N, L, D) for
       regression, `mean` and `variance` (N, L, D) for the Gaussian head.
     - `data`: an `.npz` (own-data format: split `x_{split}`, or only `x` with optional
       `lengths`, `t`, `y`), a UEA/UCR `.ts` file (labels optional; missing values, times
@@ -533,7 +540,7 @@ def predict_run(
     if bar is not None:
         bar.close()
     outputs = jax.tree.map(lambda *p: np.concatenate(p), *parts)
-    _write_npz(out, _named_outputs(run.head, outputs))
+    _write_npz(out, _named_outputs(run.head, outputs, run.dataset.meta.get("classes")))
     result: dict[str, Any] = {"split": where, "n": len(x)}
     if has_targets:
         result |= {"loss": sums["loss"] / len(x), run.metric: sums["metric"] / len(x)}
