@@ -371,6 +371,8 @@ def test_train_predict_and_export_of_a_ts_file(tmp_path, capsys):
     pytest.importorskip("flatbuffers")
     assert main(["export", str(run_dir), "--out", str(tmp_path / "exp")]) == 0
     assert (tmp_path / "exp" / "forward.jax").is_file()
+    spec = json.loads((tmp_path / "exp" / "spec.json").read_text())
+    assert spec["classes"] == dataset.meta["classes"] and len(spec["classes"]) == spec["n_classes"]
 
 
 def test_a_val_carve_too_small_to_select_with_is_not_made(tmp_path, capsys):

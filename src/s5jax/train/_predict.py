@@ -808,6 +808,8 @@ def _spec(run, expect, names, forward, fixed, step, state_spec, no_step, which) 
         "vocab_size": expect.vocab_size,
         "d_input": None if expect.tokens else expect.d_input,
         "n_classes": expect.n_classes or None,
+        # the training data's class names (output i is classes[i]), when it named them
+        "classes": run.dataset.meta.get("classes"),
         "normalization": run.dataset.meta.get("normalization"),
         "forward": {
             "file": "forward.jax",
