@@ -82,6 +82,34 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys):
     assert "not an s5jax run directory" in capsys.readouterr().err
 
 
+def test_a_sweep_or_seeds_directory_given_as_a_run_names_one_of_its_runs(tmp_path, capsys):
+    """eval/predict/export of a sweep directory point at its selected trial (summary.json's,
+    not the first), of a seeds directory at its first seed in numeric order (seed-2, not
+    seed-10, which sorts first as text)."""
+    sweep, seeds = tmp_path / "sw", tmp_path / "seeds"
+    for run in ("trial-000", "trial-001", "trial-002"):
+        (sweep / run).mkdir(parents=True)
+        (sweep / run / "config.json").write_text("{}")
+    (sweep / "summary.json").write_text(json.dumps({"selected": "trial-001"}))
+    for run in ("seed-10", "seed-2"):
+        (seeds / run).mkdir(parents=True)
+        (seeds / run / "config.json").write_text("{}")
+    (seeds / "seed-1").mkdir()  # not a run: no config.json
+    assert main(["export", str(sweep), "--out", str(tmp_path / "e")]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"{sweep} is a sweep directory; give one of its runs (the selected trial: "
+        f"{sweep / 'trial-001'})\n"
+    )
+    assert not (tmp_path / "e").exists()
+    (sweep / "summary.json").unlink()  # interrupted before its summary: the first trial
+    assert main(["eval", str(sweep)]) == 2
+    assert f"give one of its runs (e.g. {sweep / 'trial-000'})" in capsys.readouterr().err
+    assert main(["predict", str(seeds), "--out", str(tmp_path / "p.npz")]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"{seeds} is a seeds directory; give one of its runs (e.g. {seeds / 'seed-2'})\n"
+    )
+
+
 def test_missing_dataset_says_what_to_download(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("S5JAX_DATA", str(tmp_path))
     assert main(["data", "prepare", "text"]) == 2

@@ -91,6 +91,10 @@ def test_seeds_summary_rerun_and_interrupted_seed(tmp_path, capsys):
     assert "seed-0: finished earlier" in captured.err
     assert "resumed from epoch 1" in captured.err
     assert _files(work / "seed-0") == seed0
+    assert main(["eval", str(work)]) == 2  # a seeds directory: the error names one of its runs
+    assert capsys.readouterr().err.endswith(
+        f"{work} is a seeds directory; give one of its runs (e.g. {work / 'seed-0'})\n"
+    )
     epochs = [
         json.loads(line)["epoch"]
         for line in (work / "seed-1" / "metrics.jsonl").read_text().splitlines()
@@ -247,6 +251,12 @@ def test_sweep_selects_by_val_and_reports_only_its_test(tmp_path, capsys):
     assert main(["sweep", str(space), "--workdir", str(sweepdir), "--no-progress"]) == 0
     assert capsys.readouterr().err.count("finished earlier") == 2
     assert _files(sweepdir / "trial-000") | _files(sweepdir / "trial-001") == before
+    # The sweep directory given where a run is expected: the error names the selected trial.
+    assert main(["predict", str(sweepdir), "--out", str(tmp_path / "p.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"s5jax predict: error: {sweepdir / 'config.json'} not found: {sweepdir} is "
+                   f"a sweep directory; give one of its runs (the selected trial: "
+                   f"{sweepdir / summary['selected']})\n")  # fmt: skip
     # Selection by val loss instead (SPACE.toml `metric = "val_loss"`): the lowest val loss
     # of each trial's epochs, read from its metrics.jsonl.
     from s5jax.train._sweep import _best_val_loss, sweep_summary

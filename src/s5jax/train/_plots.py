@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 from .._atomic import atomic_open
 from ..config import PaperResult, load_experiment
 from ._logging import METRICS_FILE, read_metrics
+from ._rundir import run_order
 
 __all__ = [
     "PANEL_SIZE",
@@ -316,13 +317,7 @@ def _runs_in(folder: Path) -> list[Path]:
         return [folder]
     runs = [d for d in folder.iterdir() if d.is_dir() and (d / METRICS_FILE).is_file()]
     runs = [d for d in runs if d.name.startswith(("seed-", "trial-"))]
-    return sorted(runs, key=_run_order) or [folder]
-
-
-def _run_order(run_dir: Path) -> tuple[str, int, str]:
-    """seed-2 before seed-10."""
-    prefix, _, number = run_dir.name.partition("-")
-    return prefix, int(number) if number.isdigit() else -1, run_dir.name
+    return sorted(runs, key=run_order) or [folder]
 
 
 def _read_run(run_dir: Path) -> tuple[list[dict], dict]:

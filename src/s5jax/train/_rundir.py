@@ -54,6 +54,12 @@ class RunDirBusy(RunDirError):
     """Another process holds the run directory's lock."""
 
 
+def run_order(run_dir: Path) -> tuple[str, int, str]:
+    """The order of a seeds or sweep directory's runs: seed-2 before seed-10."""
+    prefix, _, number = run_dir.name.partition("-")
+    return prefix, int(number) if number.isdigit() else -1, run_dir.name
+
+
 def has_checkpoint(workdir: Path) -> bool:
     """Whether `workdir/checkpoints/latest` holds a finished step (a folder named by a number)."""
     latest = workdir / "checkpoints" / "latest"

@@ -4,6 +4,7 @@ user's own `.npz` with a sensible default model, and where each dataset comes fr
 from __future__ import annotations
 
 import io
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from ._data_spec import DATA_SPEC, dataset_from_spec
 from ._datasets import load_dataset, load_user_data
 from ._defaults import choose_defaults, inspect_data, uncarved
 from ._engine import _Run
+from ._rundir import run_order
 
 __all__ = [
     "DATA_SOURCES",
@@ -159,6 +161,25 @@ def _data_options(overrides) -> DataConfig:
     return apply_overrides(load_experiment("synthetic"), data).data
 
 
+def _not_a_run(run_dir: Path) -> str:
+    """Why `run_dir` (a folder without config.json) is no run; for a sweep or seeds directory,
+    which of its runs to give instead (a sweep's selected trial, a seeds directory's first)."""
+    runs = [d for d in run_dir.glob("*") if d.name.startswith(("trial-", "seed-"))]
+    runs = sorted((d for d in runs if (d / "config.json").is_file()), key=run_order)
+    if not runs:
+        return f"{run_dir} is not an s5jax run directory"
+    kind = "sweep" if runs[0].name.startswith("trial-") else "seeds"
+    pick, why = runs[0], "e.g."
+    if kind == "sweep":
+        try:
+            selected = json.loads((run_dir / "summary.json").read_text()).get("selected")
+        except (OSError, ValueError, AttributeError):
+            selected = None
+        if isinstance(selected, str) and (run_dir / selected / "config.json").is_file():
+            pick, why = run_dir / selected, "the selected trial:"
+    return f"{run_dir} is a {kind} directory; give one of its runs ({why} {pick})"
+
+
 def load_run(
     run_dir: str | os.PathLike,
     which: str = "best",
@@ -181,7 +202,7 @@ def load_run(
             f"{run_dir}: no such run directory (give the --workdir of an `s5jax train` run)"
         )
     if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path} not found: {run_dir} is not an s5jax run directory")
+        raise FileNotFoundError(f"{config_path} not found: {_not_a_run(run_dir)}")
     config = load_experiment(config_path)
     if dataset is None:
         spec = run_dir / DATA_SPEC
