@@ -375,6 +375,41 @@ def test_train_predict_and_export_of_a_ts_file(tmp_path, capsys):
     assert spec["classes"] == dataset.meta["classes"] and len(spec["classes"]) == spec["n_classes"]
 
 
+def test_config_data_prints_the_config_train_data_trains(tmp_path, capsys):
+    """`s5jax config --data FILE > mine.toml` then `s5jax train mine.toml` is
+    `s5jax train --data FILE`: the same resolved config and the same training (losses
+    equal); the data-chosen settings and their reasons head the file as TOML comments."""
+    from s5jax.config import load_experiment
+
+    path = gappy_pair(tmp_path)
+    sets = [*TINY, "train.epochs=2", "data.missing=ffill", "data.val_fraction=0.1"]
+    flags = [a for o in sets for a in ("--set", o)]
+    assert main(["config", "--data", str(path), *flags]) == 0
+    text = capsys.readouterr().out
+    head = text.split("\nname = ", 1)[0].splitlines()
+    assert head[0] == f"# s5jax config --data {path}" and all(h.startswith("#") for h in head)
+    assert any(h.startswith("#   data.normalize = ") for h in head)  # a choice, with why
+    toml = tmp_path / "mine.toml"
+    toml.write_text(text)
+    runs = tmp_path / "from-data", tmp_path / "from-toml"
+    assert main(["train", "--data", str(path), "--workdir", str(runs[0]), "--no-progress",
+                 *flags]) == 0  # fmt: skip
+    assert main(["train", str(toml), "--workdir", str(runs[1]), "--no-progress"]) == 0
+    a, b = (load_experiment(r / "config.json") for r in runs)
+    assert a == b == load_experiment(toml)
+
+    def losses(run):
+        return [json.loads(line)["train_loss"]
+                for line in (run / "metrics.jsonl").read_text().splitlines()
+                if json.loads(line)["kind"] == "epoch"]  # fmt: skip
+
+    assert losses(runs[0]) == pytest.approx(losses(runs[1]), rel=1e-6)
+    assert main(["config", "synthetic", "--data", str(path)]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main(["config"]) == 2
+    assert "name an EXPERIMENT" in capsys.readouterr().err
+
+
 def test_a_val_carve_too_small_to_select_with_is_not_made(tmp_path, capsys):
     """16 examples: a 10% carve holds 2, too few to select with; the defaults train on all 16
     and report the last epoch, and eval/predict reload the same uncarved data. A sweep ranks

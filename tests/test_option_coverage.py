@@ -145,6 +145,7 @@ OBSERVED = {
     "s5jax plot --out": "tests/test_cli_plot.py::test_plot_writes_a_png_of_several_runs",
     "s5jax plot --metric": "tests/test_cli_plot.py::test_plot_writes_a_png_of_several_runs",
     "s5jax config --set": "tests/test_cli_conventions.py::test_config_command_prints_toml_that_loads_back",
+    "s5jax config --data": "tests/test_data_uea.py::test_config_data_prints_the_config_train_data_trains",
     "s5jax data prepare --source": "tests/test_listops_cli.py::test_l_max_reads_an_existing_copy",
     "s5jax data prepare --generate": "tests/test_data_pathfinder_gen.py::test_cli_generates_and_prepares",
     "s5jax data prepare --count": "tests/test_data_pathfinder_gen.py::test_cli_generates_and_prepares",

@@ -390,11 +390,21 @@ def _config_parser(sub) -> None:
         epilog=_examples(
             "s5jax config listops --set model.d_model=64 > mine.toml",
             "s5jax train mine.toml",
+            "s5jax config --data mine.npz > mine.toml   # edit, then: s5jax train mine.toml",
         ),
         formatter_class=_RAW,
     )
     conf.add_argument(
-        "experiment", help="experiment name (see `s5jax list`) or a .toml/.json config file"
+        "experiment",
+        nargs="?",
+        help="experiment name (see `s5jax list`) or a .toml/.json config file",
+    )
+    conf.add_argument(
+        "--data",
+        metavar="FILE",
+        help="the config `s5jax train --data FILE` would train with (an .npz or a UEA/UCR "
+        "NAME_TRAIN.ts), its settings chosen from the data; the choices and their reasons "
+        "head the output as comments",
     )
     conf.add_argument(
         "--set",
@@ -669,6 +679,18 @@ def _plot(args) -> int:
 def _config(args) -> int:
     from ..config import load_experiment, to_toml
 
+    if args.data:
+        from ..train._defaults import format_choices
+        from ..train._runs import user_data_defaults
+
+        if args.experiment:
+            raise ValueError("give either an EXPERIMENT or --data FILE, not both")
+        config, _dataset, facts, chosen = user_data_defaults(args.data, args.overrides)
+        lines = [f"s5jax config --data {args.data}", *format_choices(facts, chosen)]
+        print("".join(f"# {line}\n" for line in lines) + "\n" + to_toml(config), end="")
+        return 0
+    if not args.experiment:
+        raise ValueError("name an EXPERIMENT (see `s5jax list`) or pass --data FILE")
     print(to_toml(load_experiment(args.experiment, args.overrides)), end="")
     return 0
 
