@@ -1148,6 +1148,14 @@ MUTATIONS = (
       'sorted((d for d in runs if (d / "config.json").is_file()), key=run_order)',
       'sorted(d for d in runs if (d / "config.json").is_file())', ("tests/test_cli.py",),
       "eval of a seeds directory points at seed-10 before seed-2"),
+    M("config-data-drops-overrides", "cli/__init__.py",
+      "config, _dataset, facts, chosen = user_data_defaults(args.data, args.overrides)",
+      "config, _dataset, facts, chosen = user_data_defaults(args.data)", (UEA,),
+      "s5jax config --data ignores --set: the printed file is not what train --data trains"),
+    M("config-data-no-reasons", "cli/__init__.py",
+      'lines = [f"s5jax config --data {args.data}", *format_choices(facts, chosen)]',
+      'lines = [f"s5jax config --data {args.data}"]', (UEA,),
+      "s5jax config --data prints the settings without what was chosen from the data, or why"),
 )  # fmt: skip
 
 
