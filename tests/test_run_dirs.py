@@ -131,6 +131,42 @@ def test_overwrite_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert (folder / "thesis.tex").read_text() == "precious"
 
 
+@pytest.mark.parametrize("flags", [(), ("--overwrite",), ("--resume-or-start",), ("--resume",)])
+@pytest.mark.parametrize(
+    "files, what",
+    [
+        (("sweep.json", "trial-000/config.json"), "is a sweep directory (sweep.json)"),
+        (("summary.json", "seed-0/config.json"), "is a seeds directory (seed-N)"),
+        (("thesis.tex",), "is not empty and not an s5jax run directory (no config.json)"),
+    ],
+)
+def test_no_mode_trains_into_a_folder_that_is_not_a_run(tmp_path, capsys, flags, files, what):
+    """A sweep's, a seeds' or any other non-empty folder is not a run directory: a new run,
+    --overwrite and --resume refuse it with one line, and nothing in it changes; so does
+    --resume-or-start a sweep's or seeds' folder (another folder it starts a run in: a
+    scheduler's log may be there first)."""
+    folder = tmp_path / "mine"
+    for name in files:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("precious")
+    before = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+    if flags == ("--resume-or-start",) and files == ("thesis.tex",):  # the table's exception
+        assert _train(folder, *flags) == 0
+        assert (folder / "config.json").is_file() and (folder / "thesis.tex").read_text() == (
+            "precious"
+        )
+        return
+    assert _train(folder, *flags) == 2
+    line = _error_line(capsys)
+    if flags == ("--resume",):
+        assert "--resume: no checkpoint in" in line and "--resume-or-start" in line
+    else:
+        assert f"{folder} {what}: it holds " in line
+        assert line.endswith("choose another --workdir")
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == before
+    assert all((folder / name).read_text() == "precious" for name in files)
+
+
 def test_resume_without_a_checkpoint_is_an_error_and_creates_nothing(tmp_path, capsys):
     run = tmp_path / "typo"
     assert _train(run, "--resume") == 2
@@ -243,6 +279,8 @@ def test_check_workdir_follows_the_documented_table(tmp_path):
         "checkpoint": folder("ckpt", "config.json", "checkpoints/latest/12/state"),
         "no checkpoint": folder("nockpt", "config.json", "metrics.jsonl"),
         "not a run": folder("notes", "notes.txt"),
+        "sweep": folder("sweep", "sweep.json", "trial-000/config.json"),
+        "seeds": folder("seeds", "summary.json", "seed-0/config.json"),
     }
     modes = [dict(resume=False, overwrite=False), dict(resume=False, overwrite=True),
              dict(resume=True, overwrite=False), dict(resume="auto", overwrite=False)]  # fmt: skip
@@ -252,6 +290,8 @@ def test_check_workdir_follows_the_documented_table(tmp_path):
         "checkpoint": [None, "overwrite", "resume", "resume"],
         "no checkpoint": [None, "overwrite", None, "resume"],
         "not a run": [None, None, None, "resume"],
+        "sweep": [None, None, None, None],
+        "seeds": [None, None, None, None],
     }
     for kind, path in kinds.items():
         for flags, expected in zip(modes, want[kind], strict=True):

@@ -12,7 +12,7 @@ What a run may do with an existing folder is decided before anything is written 
 | new run (`resume=False`) | refused | refused | start |
 | `overwrite=True` | replaced | replaced (if a run directory) | start |
 | `resume=True` | resume | refused | refused |
-| `resume="auto"` | resume | start again in it | start |
+| `resume="auto"` | resume | start again in it (refused in a sweep or seeds folder) | start |
 
 `--overwrite` builds the new run in a temporary sibling folder and swaps it in only after the
 new run has written its config, so the path holds either the old run or the new one.
@@ -101,20 +101,28 @@ def check_workdir(workdir: Path, *, resume: bool | str, overwrite: bool) -> str:
             f"--resume: no checkpoint in {workdir / 'checkpoints' / 'latest'} ({found}); check "
             "--workdir, or use --resume-or-start to start a new run when there is none"
         )
-    if resume:
-        return "resume" if contents else "new"
     if not contents:
         return "new"
+    listed = f"{', '.join(contents[:4])}{', ...' if len(contents) > 4 else ''}"
+    if not any(name in contents for name in _RUN_FILES) and not has_checkpoint(workdir):
+        # Not a run directory. A sweep's or a seeds' folder never takes a run (its trials'
+        # or seeds' runs are its subfolders; a run beside them would be read as one more);
+        # another folder (a scheduler's log beside the run) only with --resume-or-start.
+        sweep, seeds = "sweep.json" in contents, any(n.startswith("seed-") for n in contents)
+        if sweep or seeds or not resume:
+            what = ("a sweep directory (sweep.json)" if sweep
+                    else "a seeds directory (seed-N)" if seeds
+                    else "not empty and not an s5jax run directory (no config.json)")  # fmt: skip
+            flag = " --overwrite only replaces run directories;" if overwrite else ""
+            raise RunDirError(
+                f"{workdir} is {what}: it holds {listed};{flag} choose another --workdir"
+            )
+    if resume:
+        return "resume"
     if not overwrite:
         raise RunDirError(
-            f"{workdir} already holds a run ({', '.join(contents[:4])}"
-            f"{', ...' if len(contents) > 4 else ''}): add --resume to continue it, "
+            f"{workdir} already holds a run ({listed}): add --resume to continue it, "
             "--overwrite to replace it, or choose another --workdir"
-        )
-    if not any(name in contents for name in _RUN_FILES):
-        raise RunDirError(
-            f"{workdir} is not empty and not an s5jax run directory (no config.json): "
-            "--overwrite only replaces run directories; choose another --workdir"
         )
     return "overwrite"
 
