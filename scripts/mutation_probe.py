@@ -1156,6 +1156,9 @@ MUTATIONS = (
       'lines = [f"s5jax config --data {args.data}", *format_choices(facts, chosen)]',
       'lines = [f"s5jax config --data {args.data}"]', (UEA,),
       "s5jax config --data prints the settings without what was chosen from the data, or why"),
+    M("resume-or-start-into-a-sweep", "train/_rundir.py", "if sweep or seeds or not resume:",
+      "if not resume:", (RUN_DIRS,),
+      "train --resume-or-start --workdir SWEEPDIR trains a run among the sweep's trials"),
 )  # fmt: skip
 
 
