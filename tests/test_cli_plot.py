@@ -34,6 +34,39 @@ def test_plot_writes_a_png_of_several_runs(tmp_path, capsys):
     assert out.read_bytes() != first  # an earlier plot is replaced
 
 
+def test_runs_of_different_kinds_plot_a_metric_they_share(tmp_path, capsys, monkeypatch):
+    """A classifier beside a regression run: the default metric is the first default every
+    run has (val_loss, not the first run's val_accuracy, which would leave the regression run
+    a legend entry without a curve); a --metric one run lacks is an error naming that run
+    and the metrics they share."""
+    import s5jax.train._plots as plots
+
+    a = _run_dir(tmp_path / "cls", 3, 3)
+    b = tmp_path / "reg"
+    with MetricsLogger(b, tensorboard=False) as log:
+        for e in (1, 2):
+            log.log_epoch(10 * e, e, train_loss=1.0 / e, val_mse=0.5 / e, val_loss=2.0 / e)
+    drawn, original = [], plots.comparison_figure
+
+    def recording(runs, metric, **kwargs):
+        drawn.append(metric)
+        return original(runs, metric, **kwargs)
+
+    monkeypatch.setattr(plots, "comparison_figure", recording)
+    out = tmp_path / "mixed.png"
+    assert main(["plot", str(a), str(b), "--out", str(out)]) == 0
+    assert drawn == ["val_loss"] and out.is_file()
+    assert main(["plot", str(a), "--out", str(tmp_path / "one.png")]) == 0
+    assert drawn[-1] == "val_accuracy"  # one classifier: its accuracy, as before
+    capsys.readouterr()
+    assert main(["plot", str(a), str(b), "--out", str(tmp_path / "x.png"),
+                 "--metric", "val_accuracy"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err == ("s5jax plot: error: reg has no 'val_accuracy'; give --metric with one they "
+                   "all have: step, train_loss, val_loss\n")  # fmt: skip
+    assert not (tmp_path / "x.png").exists()
+
+
 def _users_png(path):
     Image.new("RGB", (4, 4), "red").save(path, format="PNG")
 

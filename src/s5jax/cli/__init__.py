@@ -528,7 +528,7 @@ def _plot_parser(sub) -> None:
         metavar="NAME",
         help="a key of the runs' epoch records in metrics.jsonl, e.g. val_accuracy, "
         "train_loss, test_mse (default: the first of val_accuracy, val_mse, val_loss, "
-        "train_loss the first run has)",
+        "train_loss that every run has)",
     )
 
 

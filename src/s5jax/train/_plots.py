@@ -370,23 +370,41 @@ def plot_runs(
       stands for its runs (`seed-N/`, `trial-NNN/`).
     - `out`: the PNG file to write.
     - `metric`: an epoch-record key (e.g. `val_accuracy`, `train_loss`); default the first of
-      `val_accuracy`, `val_mse`, `val_loss`, `train_loss` that the first run has.
+      `val_accuracy`, `val_mse`, `val_loss`, `train_loss` that every run (with records) has.
 
     **Returns:** the path written. Raises `FileNotFoundError` for a missing run directory or
-    metrics file, `ValueError` when no run has the metric.
+    metrics file, `ValueError` when a run with epoch records lacks the metric (naming the
+    metrics they all have).
     """
     dirs = [run for d in run_dirs for run in _runs_in(Path(d))]
     _check_out(Path(out), [Path(d) for d in run_dirs] + dirs)
     runs = [_read_run(d) for d in dirs]
-    if metric is None:
-        first = runs[0][0]
-        metric = next((m for m in _DEFAULT_METRICS if any(m in r for r in first)), None)
+    if metric is None:  # the first default that every run with records has
+        recorded = [{k for r in records for k in r} for records, _ in runs if records]
+        metric = next((m for m in _DEFAULT_METRICS if recorded and all(m in k for k in recorded)),
+                      None)  # fmt: skip
         if metric is None:
-            raise ValueError(f"{dirs[0]} has no epoch records yet")
+            raise ValueError(
+                f"{dirs[0]} has no epoch records yet" if len(dirs) == 1 else
+                f"none of {', '.join(_DEFAULT_METRICS)} is in every run; give --metric"
+            )  # fmt: skip
     if not any(metric in r for records, _ in runs for r in records):
         keys = sorted({k for records, _ in runs for r in records for k in r} - {"kind", "time"})
         raise ValueError(f"no run has the metric {metric!r}; the runs have {', '.join(keys)}")
     labels = _labels(dirs)
+    # A run with records but none of this metric (a regression run beside classifiers)
+    # would be a legend entry without a curve: name it and the metrics all runs share.
+    lacking = [label for label, (records, _) in zip(labels, runs, strict=True)
+               if records and not any(metric in r for r in records)]  # fmt: skip
+    if lacking:
+        shared = set.intersection(*(
+            {k for r in records for k in r} for records, _ in runs if records
+        )) - {"kind", "time", "epoch"}  # fmt: skip
+        hint = (f"give --metric with one they all have: {', '.join(sorted(shared))}"
+                if shared else "plot them separately")  # fmt: skip
+        raise ValueError(
+            f"{', '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no {metric!r}; {hint}"
+        )
     figure = comparison_figure(
         {label: records for label, (records, _) in zip(labels, runs, strict=True)},
         metric,
