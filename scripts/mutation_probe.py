@@ -1159,6 +1159,11 @@ MUTATIONS = (
     M("resume-or-start-into-a-sweep", "train/_rundir.py", "if sweep or seeds or not resume:",
       "if not resume:", (RUN_DIRS,),
       "train --resume-or-start --workdir SWEEPDIR trains a run among the sweep's trials"),
+    M("plot-default-metric-of-first-run", "train/_plots.py",
+      "if recorded and all(m in k for k in recorded)", "if recorded and m in recorded[0]",
+      ("tests/test_cli_plot.py",), "plot of a classifier and a regression run draws one curve"),
+    M("plot-lacking-metric-silent", "train/_plots.py", "    if lacking:", "    if False:",
+      ("tests/test_cli_plot.py",), "plot --metric X draws a legend entry for a run without X"),
 )  # fmt: skip
 
 

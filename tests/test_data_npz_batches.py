@@ -85,6 +85,41 @@ def test_valid_classification(tmp_path):
     np.testing.assert_array_equal(loaded.splits["test"].y, ds.splits["test"].y)
 
 
+@pytest.mark.parametrize(
+    "name, y_of, task, warned",
+    [
+        ("labels.npz", lambda y: y.astype(np.float64), None, True),  # 0., 1., 2., 3.
+        ("ratings.npz", lambda y: (y + 1).astype(np.float32), "regression", False),  # says so
+        ("real.npz", lambda y: y + 0.25, None, False),  # not whole numbers
+        ("const.npz", lambda y: np.full(len(y), 3.0), None, False),  # one value: no classes
+    ],
+)
+def test_float_targets_that_look_like_labels_warn_once(tmp_path, caplog, name, y_of, task,
+                                                       warned):  # fmt: skip
+    """Class labels saved as floats read as regression targets: a warning says so (once,
+    though the file is read twice), naming the values, the fix, and how to keep regression."""
+    arrays = _classification()
+    arrays = {k: y_of(v) if k.startswith("y_") else v for k, v in arrays.items()}
+    if task:
+        arrays["task"] = np.array(task)
+    path = _write(tmp_path, arrays, name)
+    with caplog.at_level("WARNING", logger="s5jax"):
+        assert load_user_npz(path).task == "regression"
+        load_user_npz(path)
+    records = [r.getMessage() for r in caplog.records if r.name == "s5jax.data._npz"]
+    if not warned:
+        assert records == []
+        return
+    assert records == [
+        f"{path}: y_train is float but holds only 4 whole numbers (0, 1, 2, 3): read as "
+        "regression targets; for class labels store integers (y.astype(int)) or add "
+        "task='classification' (task='regression' keeps regression without this warning)"
+    ]
+    arrays["task"] = np.array("classification")  # the fix it names: the labels are classes
+    fixed = load_user_npz(_write(tmp_path, arrays, "fixed.npz"))
+    assert fixed.task == "classification" and fixed.n_classes == 4
+
+
 def test_n_classes_from_all_splits_and_explicit_key(tmp_path, caplog):
     arrays = _classification(n_classes=2)
     arrays["y_test"][0] = 6  # a class seen only in test: counted, and warned about

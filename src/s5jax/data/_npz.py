@@ -345,7 +345,42 @@ def _infer_task(r: _Reader, n_classes: int | None) -> str:
                 "every split's targets with the same dtype, or add task='regression' or "
                 "task='classification' to the file",
             )
+    _warn_if_labels(r)
     return "regression"
+
+
+#: Float targets with at most this many distinct whole-number values read as likely labels.
+_LIKELY_LABELS = 20
+
+
+def _warn_if_labels(r: _Reader) -> None:
+    """Warn when float y_train (one target per example) holds only a few whole numbers, as
+    class labels saved as floats do (pandas, a `float64` array): read as regression targets,
+    they train a regression model without a word. A `task` key says which it is."""
+    y = r.arrays["y_train"]
+    if y.ndim != 1 or not y.size or not np.all(np.isfinite(y)) or np.any(y != np.round(y)):
+        return
+    values = np.unique(y)
+    if 2 <= len(values) <= _LIKELY_LABELS:
+        shown = ", ".join(f"{v:g}" for v in values[:5]) + (", ..." if len(values) > 5 else "")
+        _warn_once(
+            "%s: y_train is float but holds only %d whole numbers (%s): read as regression "
+            "targets; for class labels store integers (y.astype(int)) or add "
+            "task='classification' (task='regression' keeps regression without this warning)",
+            r.path, len(values), shown,
+        )  # fmt: skip
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str, *args) -> None:
+    """Log a warning about a file once per process, as Python's `warnings` do: `s5jax train
+    --data` reads the file twice when it drops the val carve, and said each warning twice."""
+    text = message % args
+    if text not in _warned:
+        _warned.add(text)
+        _log.warning(text)
 
 
 def _check_labels(r: _Reader, n_classes: int | None) -> tuple[dict[str, np.ndarray], int]:
@@ -400,7 +435,7 @@ def _check_labels(r: _Reader, n_classes: int | None) -> tuple[dict[str, np.ndarr
     unseen = sorted(set(np.unique(np.concatenate([labels[s] for s in r.splits[1:]])))
                     - set(np.unique(labels["train"])))  # fmt: skip
     if unseen:
-        _log.warning(
+        _warn_once(
             "%s: class(es) %s appear in y_val/y_test but never in y_train: the model cannot "
             "learn them, and those examples count as errors",
             r.path,
