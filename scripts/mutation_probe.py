@@ -1164,6 +1164,10 @@ MUTATIONS = (
       ("tests/test_cli_plot.py",), "plot of a classifier and a regression run draws one curve"),
     M("plot-lacking-metric-silent", "train/_plots.py", "    if lacking:", "    if False:",
       ("tests/test_cli_plot.py",), "plot --metric X draws a legend entry for a run without X"),
+    M("npz-float-labels-silent", "data/_npz.py", "    _warn_if_labels(r)\n", "", (NPZ,),
+      "class labels saved as floats train a regression model without a word"),
+    M("npz-warning-twice", "data/_npz.py", "    if text not in _warned:", "    if True:", (NPZ,),
+      "train --data says each data warning twice"),
 )  # fmt: skip
 
 
