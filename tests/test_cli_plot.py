@@ -46,10 +46,11 @@ def test_runs_of_different_kinds_plot_a_metric_they_share(tmp_path, capsys, monk
     with MetricsLogger(b, tensorboard=False) as log:
         for e in (1, 2):
             log.log_epoch(10 * e, e, train_loss=1.0 / e, val_mse=0.5 / e, val_loss=2.0 / e)
-    drawn, original = [], plots.comparison_figure
+    drawn, curves, original = [], [], plots.comparison_figure
 
     def recording(runs, metric, **kwargs):
         drawn.append(metric)
+        curves.append(runs)
         return original(runs, metric, **kwargs)
 
     monkeypatch.setattr(plots, "comparison_figure", recording)
@@ -58,6 +59,9 @@ def test_runs_of_different_kinds_plot_a_metric_they_share(tmp_path, capsys, monk
     assert drawn == ["val_loss"] and out.is_file()
     assert main(["plot", str(a), "--out", str(tmp_path / "one.png")]) == 0
     assert drawn[-1] == "val_accuracy"  # one classifier: its accuracy, as before
+    (tmp_path / "sub").mkdir()
+    assert main(["plot", str(a), str(tmp_path / "sub" / ".." / "cls"), "--out", str(out)]) == 0
+    assert list(curves[-1]) == ["cls"]  # the same run given twice: drawn once
     capsys.readouterr()
     assert main(["plot", str(a), str(b), "--out", str(tmp_path / "x.png"),
                  "--metric", "val_accuracy"]) == 2  # fmt: skip

@@ -377,6 +377,8 @@ def plot_runs(
     metrics they all have).
     """
     dirs = [run for d in run_dirs for run in _runs_in(Path(d))]
+    seen: set[Path] = set()  # a run given twice (`plot sw sw/trial-000`) is drawn once
+    dirs = [d for d in dirs if not (d.resolve() in seen or seen.add(d.resolve()))]
     _check_out(Path(out), [Path(d) for d in run_dirs] + dirs)
     runs = [_read_run(d) for d in dirs]
     if metric is None:  # the first default that every run with records has
