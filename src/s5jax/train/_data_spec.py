@@ -16,6 +16,7 @@ check that exports and predictions from it equal those made with the real data.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,23 @@ import numpy as np
 
 from .._atomic import atomic_write_json
 from ..data import DatasetError, PreparedDataset, Split
+from ..data._prepared import DIGEST
 
-__all__ = ["DATA_SPEC", "SPEC_ONLY", "data_spec", "dataset_from_spec", "write_data_spec"]
+__all__ = [
+    "DATA_SPEC",
+    "SPEC_ONLY",
+    "check_same_data",
+    "data_spec",
+    "dataset_from_spec",
+    "write_data_spec",
+]
 
 DATA_SPEC = "data_spec.json"
 FORMAT = 1
 #: `meta` key marking a stand-in dataset: it holds shapes, not examples.
 SPEC_ONLY = "spec_only"
+
+_log = logging.getLogger(__name__)
 
 
 def _array(a: np.ndarray) -> dict[str, Any]:
@@ -59,6 +70,27 @@ def data_spec(dataset: PreparedDataset) -> dict[str, Any]:
 def write_data_spec(folder: str | os.PathLike, dataset: PreparedDataset) -> None:
     """Write `folder/data_spec.json` atomically (`meta` values JSON cannot hold as text)."""
     atomic_write_json(Path(folder) / DATA_SPEC, data_spec(dataset), default=str)
+
+
+def check_same_data(folder: str | os.PathLike, dataset: PreparedDataset, consequence: str) -> bool:
+    """Warn when `dataset`'s digest (`meta["digest"]`, `s5jax.data._prepared.data_digest`)
+    differs from the one `folder/data_spec.json` recorded when the run last started or
+    resumed (each rewrites it): regenerated or edited data under the same name. `consequence` says what that means for the caller.
+    Returns whether they differ; a spec or dataset without a digest (a run from before
+    digests, data given from Python) is not compared."""
+    path = Path(folder) / DATA_SPEC
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))["meta"].get(DIGEST)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    now = dataset.meta.get(DIGEST)
+    if not (recorded and now) or recorded == now:
+        return False
+    _log.warning(
+        "%s: the data differ from those the run last started or resumed on (its %s "
+        "records %s, the data now give %s): %s", folder, DATA_SPEC, recorded, now, consequence,
+    )  # fmt: skip
+    return True
 
 
 def dataset_from_spec(path: str | os.PathLike, rows: int) -> PreparedDataset:

@@ -141,14 +141,16 @@ def load_user_data(path, data_cfg=None, *, announce: bool = True) -> PreparedDat
 def load_dataset(data_cfg, *, announce: bool = True) -> PreparedDataset:
     """The dataset named by `data_cfg.dataset` (a registered name, or a path to a `.npz` or
     to a UEA/UCR `NAME_TRAIN.ts`), its float inputs normalised as `data_cfg.normalize` says
-    (statistics from its train split; `s5jax.data._normalize`). `announce`: log how a user
+    (statistics from its train split; `s5jax.data._normalize`), with `meta["digest"]` of the
+    examples as read (`s5jax.data._prepared.data_digest`). `announce`: log how a user
     file's val split was made (training says it; eval and predict of a run do not repeat it)."""
     from ..data._normalize import normalize_dataset
+    from ..data._prepared import with_digest
 
     name = data_cfg.dataset
     if is_user_file(name):
         dataset = load_user_data(name, data_cfg, announce=announce)
-        return normalize_dataset(dataset, data_cfg.normalize)
+        return normalize_dataset(with_digest(dataset), data_cfg.normalize)
     if name not in DATASETS:
         raise ValueError(
             f"data.dataset = {name!r}: {_close(name, sorted(DATASETS))}known datasets: "
@@ -157,7 +159,7 @@ def load_dataset(data_cfg, *, announce: bool = True) -> PreparedDataset:
     dataset = DATASETS[name](data_cfg)
     if name != "synthetic":  # synthetic is made to the requested sizes already
         dataset = limit_and_check(dataset, data_cfg)
-    return normalize_dataset(dataset, data_cfg.normalize)
+    return normalize_dataset(with_digest(dataset), data_cfg.normalize)
 
 
 def sequence_length(split: Split) -> int:

@@ -29,7 +29,7 @@ from ..data import PreparedDataset
 from ..data._batches import iterate_batches
 from ..nn import build_model, count_parameters
 from ._checkpoint import Checkpoints
-from ._data_spec import write_data_spec
+from ._data_spec import check_same_data, write_data_spec
 from ._datasets import load_dataset
 from ._logging import MetricsLogger
 from ._optim import build_optimizer, describe_groups, format_groups, set_lr_scale
@@ -401,6 +401,10 @@ def _own_run(run: _Run, lock, mode: str, progress: bool, out, defaults=None) -> 
         # Before config.json is written: a config that trains differently, or a checkpoint
         # that does not fit the config, is refused with the run's files untouched.
         check_same_config(workdir, config)
+        check_same_data(
+            workdir, run.dataset, "the run continues on the data as they are now; to continue "
+            "on those it started with, stop it and put them back, then --resume",
+        )  # fmt: skip
         try:
             tree, history = ckpt.restore("latest", run.train_state())
         except BaseException:  # close the managers on a failed restore too

@@ -14,9 +14,10 @@ from ..config import DataConfig, ExperimentConfig, apply_overrides, load_experim
 from ..config._overrides import parse_override
 from ..data import PreparedDataset, data_root
 from ..data._normalize import normalize_dataset
+from ..data._prepared import with_digest
 from ..data._uea import announce_val_split
 from ._checkpoint import Checkpoints
-from ._data_spec import DATA_SPEC, dataset_from_spec
+from ._data_spec import DATA_SPEC, check_same_data, dataset_from_spec
 from ._datasets import load_dataset, load_user_data
 from ._defaults import choose_defaults, inspect_data, uncarved
 from ._engine import _Run
@@ -145,7 +146,7 @@ def user_data_defaults(path: str | os.PathLike, overrides=(), *, selects_by_val:
                   train=train_cfg, description=f"user data {path}")  # fmt: skip
     settings = [f"{c.key}={_text(c.value)}" for c in chosen]
     cfg = apply_overrides(cfg, [*settings, *overrides])
-    dataset = normalize_dataset(raw, cfg.data.normalize)
+    dataset = normalize_dataset(with_digest(raw), cfg.data.normalize)
     return cfg, dataset, facts, chosen
 
 
@@ -210,6 +211,10 @@ def load_run(
             dataset = dataset_from_spec(spec, rows=config.data.batch_size)
         else:
             dataset = _training_data(config, run_dir)
+            check_same_data(
+                run_dir, dataset, "the figures are those of the data as they are now, not of "
+                "the data the run trained on",
+            )  # fmt: skip
     run = _Run(config, run_dir, dataset, io.StringIO())
     run.build()
     ckpt = Checkpoints(run_dir)
