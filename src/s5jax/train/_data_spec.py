@@ -75,9 +75,10 @@ def write_data_spec(folder: str | os.PathLike, dataset: PreparedDataset) -> None
 def check_same_data(folder: str | os.PathLike, dataset: PreparedDataset, consequence: str) -> bool:
     """Warn when `dataset`'s digest (`meta["digest"]`, `s5jax.data._prepared.data_digest`)
     differs from the one `folder/data_spec.json` recorded when the run last started or
-    resumed (each rewrites it): regenerated or edited data under the same name. `consequence` says what that means for the caller.
-    Returns whether they differ; a spec or dataset without a digest (a run from before
-    digests, data given from Python) is not compared."""
+    resumed (each rewrites it): regenerated or edited data under the same name.
+    `consequence` says what that means for the caller. Returns whether they differ; a spec
+    or dataset without a digest (a run from before digests, data given from Python) is not
+    compared."""
     path = Path(folder) / DATA_SPEC
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))["meta"].get(DIGEST)
