@@ -136,3 +136,26 @@ def test_a_resume_or_eval_on_changed_data_warns(tmp_path, capsys):
     assert main(["eval", str(run)]) == 0
     [message] = warnings()
     assert f"records {now}" in message and "not of the data the run trained on" in message
+
+
+def test_load_dataset_records_the_digest_of_the_data_as_read(tmp_path):
+    """Through `load_dataset`, for a registered dataset and a user's file: `meta["digest"]`
+    is the checksum of the data as read, the same whatever `data.normalize` does to them."""
+    from dataclasses import replace
+
+    from s5jax.config import load_experiment
+    from s5jax.data._prepared import DIGEST, data_digest
+    from s5jax.train._datasets import load_dataset
+
+    rng = np.random.default_rng(5)
+    path = tmp_path / "mine.npz"
+    np.savez(path, **{f"{k}_{s}": v for s, n in (("train", 12), ("val", 6), ("test", 6))
+                      for k, v in (("x", rng.normal(3.0, 2.0, (n, 5, 2)).astype(np.float32)),
+                                   ("y", rng.integers(0, 2, n)))})  # fmt: skip
+    data = load_experiment("synthetic").data
+    for name in ("synthetic", str(path)):
+        raw = load_dataset(replace(data, dataset=name, normalize="none"))
+        assert raw.meta[DIGEST] == data_digest(raw)
+        for mode in ("channel", "example"):
+            normalized = load_dataset(replace(data, dataset=name, normalize=mode))
+            assert normalized.meta[DIGEST] == raw.meta[DIGEST] != data_digest(normalized)
