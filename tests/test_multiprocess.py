@@ -180,7 +180,7 @@ def test_two_processes_train_several_seeds_one_after_another(tmp_path):
 
 
 def test_every_process_stops_with_the_error_of_process_0(tmp_path):
-    # Process 0 refuses a non-empty run directory; process 1, which does not check it,
+    # Process 0 refuses a non-empty folder that is no run's; process 1, which does not check it,
     # stops with process 0's message and exit status, and nothing is written.
     workdir = tmp_path / "run"
     workdir.mkdir()
@@ -194,7 +194,9 @@ def test_every_process_stops_with_the_error_of_process_0(tmp_path):
     errors = [[line for line in out.splitlines() if "error:" in line] for out in outs]
     assert [p.returncode for p in procs] == [2, 2], outs
     assert errors[0] == errors[1] and len(errors[0]) == 1
-    assert errors[0][0].startswith(f"s5jax train: error: {workdir} already holds a run")
+    assert errors[0][0].startswith(
+        f"s5jax train: error: {workdir} is not empty and not an s5jax run directory"
+    )
     assert sorted(p.name for p in workdir.iterdir()) == ["notes.txt"]
 
 
