@@ -243,6 +243,42 @@ def test_timescales_batches_and_warm_up_at_their_boundaries():
     assert (values["train.epochs"], values["optim.warmup_epochs"]) == (200, 20)
 
 
+def test_long_series_halve_the_batch_to_the_memory_budget():
+    """Rule 5's memory model: batch x L x H x layers x members x STEP_BYTES within
+    MEMORY_BUDGET, the batch halved until it fits; the members, width and layers the user
+    sets count; a batch the user sets is kept; the reason says when batch 1 is still over."""
+    from s5jax.train._defaults import MEMORY_BUDGET, N_LAYERS, STEP_BYTES
+
+    def batch(user=None, **kw):
+        facts = _facts(**{"n_val": None, **kw})
+        chosen = {c.key: c for c in choose_defaults(facts, user or {})}
+        return chosen["data.batch_size"].value, chosen["data.batch_size"].reason
+
+    def need(b, L, H, members):
+        return b * L * H * N_LAYERS * members * STEP_BYTES
+
+    # 64 series of 20,000 steps (H 32, an ensemble of 5): 16 halved to 2, as measured
+    assert batch(n_train=64, seq_len=20_000, max_length=20_000)[0] == 2
+    assert need(2, 20_000, 32, 5) <= MEMORY_BUDGET < need(4, 20_000, 32, 5)
+    # one member (asked for) needs 5x less: the size rule's 16 fits
+    assert batch({"model.members": 1}, n_train=64, seq_len=20_000, max_length=20_000)[0] == 16
+    assert need(16, 20_000, 32, 1) <= MEMORY_BUDGET
+    # the width the user asks for counts too: H 128 at one member needs 4x more: 4
+    assert batch({"model.members": 1, "model.d_model": 128}, n_train=64, seq_len=20_000,
+                 max_length=20_000)[0] == 4  # fmt: skip
+    assert need(4, 20_000, 128, 1) <= MEMORY_BUDGET < need(8, 20_000, 128, 1)
+    # short series keep the size rule's batch; a batch the user sets is never halved
+    assert batch(n_train=428)[0] == 32
+    kept = _values(_facts(n_train=428, seq_len=10**6, max_length=10**6), {"data.batch_size": 64})
+    assert "data.batch_size" not in kept and kept["train.epochs"] == 34  # 200 steps, 6 an epoch
+    b, why = batch(n_train=64, seq_len=20_000, max_length=20_000)
+    assert why.endswith("halved from 16 to 2 so that the training step's activations fit "
+                        "about 4 GiB (~96 bytes per step, channel, layer and member: 2 x L "
+                        "20000 x H 32 x 4 layers x 5 members ~ 2.3 GiB)")  # fmt: skip
+    b, why = batch(n_train=64, seq_len=2_000_000, max_length=2_000_000)
+    assert b == 1 and "over 4 GiB even at batch 1: lower model.d_model or model.members" in why
+
+
 def test_counts_are_worded_in_the_singular_for_one():
     one = _facts(n_train=1, channels=1)
     assert one.describe().startswith("1 training example (+55 val)")

@@ -34,7 +34,12 @@ stands. The rules, in the order they are applied:
    small model (fewer parameters to fit from few examples, and cheap).
 5. **Batch** (`data.batch_size`): 32, or 16 below 256 training examples and 8 below 64, so
    that small datasets still take several steps per epoch; below 8 examples, all of them in one
-   batch.
+   batch. Then halved until the training step's activations fit `MEMORY_BUDGET` (4 GiB):
+   the step keeps about `STEP_BYTES` (96) bytes per sequence step, channel, layer and
+   ensemble member (measured with `/usr/bin/time` on a bidirectional BatchNorm model of 4
+   layers, H = 32, L = 20,000: 19.2 GB of resident memory at batch 16 with 5 members, 5.3 GB
+   at batch 4; 94-216 MB per sequence above a 1.9 GB base). Long series are where this
+   bites: without it, 64 series of 20,000 steps asked for 19 GB.
 6. **Budget** (`train.epochs` from a step budget in optimiser steps): 100 epochs' worth of
    steps, kept within [`MIN_STEPS`, `MAX_STEPS`] = [1000, 4000], and, so that long sequences
    train in bounded time, at most `STEP_TOKENS` (10⁷) sequence steps processed in training
@@ -90,6 +95,11 @@ STEP_TOKENS, MIN_CAPPED_STEPS = 10_000_000, 200
 WARMUP_FRACTION = 0.1
 VAL_SELECT_MIN = 50
 ENSEMBLE_BELOW, ENSEMBLE_MEMBERS = 100, 5
+#: Rule 5's memory model: bytes a training step keeps per sequence step, channel (H), layer
+#: and ensemble member, and the activations' budget the batch is halved to fit.
+STEP_BYTES, MEMORY_BUDGET = 96, 4 * 2**30
+#: The layers of the model `s5jax train --data` builds (`user_data_defaults`).
+N_LAYERS = 4
 
 
 @dataclass(frozen=True)
@@ -302,6 +312,13 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
         why = f"{_examples(facts.n_train)}, all in one batch"
     else:
         why = f"{facts.n_train} training examples: several steps per epoch"
+    one_way = user.get("model.bidirectional") is False  # asked for: it can run online
+    ensemble = not causal and not one_way and facts.n_train < ENSEMBLE_BELOW
+    if "data.batch_size" not in user:
+        batch, why = _fit_memory(batch, why, facts.seq_len, int(get("model.d_model", width)),
+                                 int(user.get("model.n_layers", N_LAYERS)),
+                                 int(user.get("model.members", ENSEMBLE_MEMBERS if ensemble
+                                              else 1)))  # fmt: skip
     choose("data.batch_size", batch, why)
     batch = int(get("data.batch_size", batch))
 
@@ -355,8 +372,7 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
         )
 
     # 8. ensemble
-    one_way = user.get("model.bidirectional") is False  # asked for: it can run online
-    if not causal and not one_way and facts.n_train < ENSEMBLE_BELOW:
+    if ensemble:
         choose(
             "model.members",
             ENSEMBLE_MEMBERS,
@@ -365,6 +381,30 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
             f"probabilities move less ({ENSEMBLE_MEMBERS}x the training compute)",
         )
     return chosen
+
+
+def _fit_memory(batch: int, why: str, L: int, H: int, layers: int, members: int):
+    """Rule 5's second half: `batch` halved until batch x L x H x layers x members x
+    `STEP_BYTES` fits `MEMORY_BUDGET` (not below 1), with the reason extended to say so."""
+    per_example = STEP_BYTES * L * H * layers * members
+    if batch * per_example <= MEMORY_BUDGET:
+        return batch, why
+    fitted = batch
+    while fitted > 1 and fitted * per_example > MEMORY_BUDGET:
+        fitted //= 2
+    gib = fitted * per_example / 2**30
+    budget = f"{MEMORY_BUDGET / 2**30:g} GiB"
+    ensemble = f" x {members} members" if members > 1 else ""
+    why = (
+        f"{why}; halved from {batch} to {fitted} so that the training step's activations "
+        f"fit about {budget} (~{STEP_BYTES} bytes per step, channel, layer"
+        f"{' and member' if members > 1 else ''}: {fitted} x L {L} x H {H} x {layers} layers"
+        f"{ensemble} ~ {gib:.2g} GiB"
+        + (")" if fitted * per_example <= MEMORY_BUDGET else
+           f", over {budget} even at batch 1: lower model.d_model or model.members if memory "
+           "runs out)")
+    )  # fmt: skip
+    return fitted, why
 
 
 def uncarved(facts: DataFacts, user: dict[str, Any]) -> Choice | None:

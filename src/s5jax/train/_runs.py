@@ -19,7 +19,7 @@ from ..data._uea import announce_val_split
 from ._checkpoint import Checkpoints
 from ._data_spec import DATA_SPEC, check_same_data, dataset_from_spec
 from ._datasets import load_dataset, load_user_data
-from ._defaults import choose_defaults, inspect_data, uncarved
+from ._defaults import N_LAYERS, choose_defaults, inspect_data, uncarved
 from ._engine import _Run
 from ._rundir import run_order
 
@@ -136,7 +136,7 @@ def user_data_defaults(path: str | os.PathLike, overrides=(), *, selects_by_val:
         "masked_mean" if train.lengths is not None else "mean")  # fmt: skip
     base = load_experiment("synthetic")
     model = replace(
-        base.model, n_layers=4, d_model=64, ssm_size=64, blocks=4, norm="layer",
+        base.model, n_layers=N_LAYERS, d_model=64, ssm_size=64, blocks=4, norm="layer",
         encoder="embedding" if raw.vocab_size is not None else "dense", pooling=pooling,
         head="classification" if raw.task == "classification" else "regression",
     )  # fmt: skip
