@@ -1197,6 +1197,20 @@ MUTATIONS = (
       "class labels saved as floats train a regression model without a word"),
     M("npz-warning-twice", "data/_npz.py", "    if text not in _warned:", "    if True:", (NPZ,),
       "train --data says each data warning twice"),
+    M("npz-names-text-order", "data/_npz.py", "names = _class_order(sorted(set().union(",
+      "names = (sorted(set().union(", ("tests/test_data_npz_batches.py",),
+      "class names that are numbers are numbered as text: '10' before '2'"),
+    M("npz-names-unstripped", "data/_npz.py", "arr = np.char.strip(arr)", "arr = arr",
+      ("tests/test_data_npz_batches.py",), "' emu ' and 'emu' are two classes"),
+    M("npz-one-based-quiet", "data/_npz.py", "if unused and given is None and names is None:",
+      "if unused and given is not None and names is None:",
+      ("tests/test_data_npz_batches.py",), "labels from 1 train a spare output without a word"),
+    M("predict-forgets-class-names", "train/_predict.py",
+      'classes=tuple(run.dataset.meta.get("classes") or ()) or None,', "classes=None,",
+      ("tests/test_predict.py",), "labels by name are refused for a run trained on names"),
+    M("uea-npz-drops-classes", "data/_uea.py",
+      'if dataset.meta.get("classes"):  # label i is classes[i]', "if False:  # label i",
+      (UEA,), "a converted .ts file loses its class names"),
 )  # fmt: skip
 
 

@@ -125,15 +125,130 @@ def test_n_classes_from_all_splits_and_explicit_key(tmp_path, caplog):
     arrays["y_test"][0] = 6  # a class seen only in test: counted, and warned about
     with caplog.at_level("WARNING", logger="s5jax"):
         assert load_user_npz(_write(tmp_path, arrays)).n_classes == 7
-    [record] = [r for r in caplog.records if r.name == "s5jax.data._npz"]
-    assert record.getMessage().startswith(
+    unseen, unused = [r.getMessage() for r in caplog.records if r.name == "s5jax.data._npz"]
+    assert unseen.startswith(
         f"{tmp_path / 'data.npz'}: class(es) 6 appear in y_val/y_test but never in y_train"
+    )
+    assert unused.startswith(  # labels 2 .. 5 are in no split: 4 of 7 outputs are spare
+        f"{tmp_path / 'data.npz'}: no split has label(s) 2, 3, 4, 5 of 0 .. 6, so 4 of the "
+        "model's 7 outputs are for classes without an example: map your classes"
     )
     caplog.clear()
     load_user_npz(_write(tmp_path, _classification(n_classes=2)))
     assert not [r for r in caplog.records if r.name == "s5jax.data._npz"]
     arrays["n_classes"] = np.array(10)
     assert load_user_npz(_write(tmp_path, arrays)).n_classes == 10
+
+
+def _npz_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "s5jax.data._npz"]
+
+
+def test_one_based_labels_warn_and_n_classes_keeps_them_quiet(tmp_path, caplog):
+    """Labels 1 .. C (R, MATLAB) leave output 0 without an example: a warning names the fix."""
+    arrays = {k: v + 1 if k.startswith("y_") else v for k, v in _classification().items()}
+    with caplog.at_level("WARNING", logger="s5jax"):
+        ds = load_user_npz(_write(tmp_path, arrays, "one.npz"))
+    assert ds.n_classes == 5  # the labels as given: the file is not rewritten
+    assert _npz_warnings(caplog) == [
+        f"{tmp_path / 'one.npz'}: no split has label(s) 0 of 0 .. 4, so 1 of the model's 5 "
+        "outputs are for classes without an example: labels start at 1: subtract 1 (y - 1) "
+        "(or add n_classes to the file to keep them)"
+    ]
+    caplog.clear()
+    arrays["n_classes"] = np.array(5)  # said on purpose: no warning
+    with caplog.at_level("WARNING", logger="s5jax"):
+        load_user_npz(_write(tmp_path, arrays, "kept.npz"))
+    assert _npz_warnings(caplog) == []
+
+
+@pytest.mark.parametrize("kind", ["U", "S"])
+def test_class_names_as_labels(tmp_path, caplog, kind):
+    """Labels stored as names are numbered in sorted order over every split (numeric order
+    when all are numbers, as for a .ts file); the names travel in `meta["classes"]`."""
+    rng = np.random.default_rng(3)
+    arrays = _classification(rng)
+    names = np.array(["owl", "cat", " emu ", "dog"])  # spaces stripped, as in a .ts file
+    for s in SIZES:
+        arrays[f"y_{s}"] = names[arrays[f"y_{s}"]].astype(kind)
+    arrays["y_test"][0] = "yak" if kind == "U" else b"yak"  # only in test: numbered, warned
+    with caplog.at_level("WARNING", logger="s5jax"):
+        ds = load_user_npz(_write(tmp_path, arrays))
+    assert ds.task == "classification" and ds.n_classes == 5
+    assert ds.meta["classes"] == ["cat", "dog", "emu", "owl", "yak"]
+    for s in SIZES:
+        want = [str(v.decode() if kind == "S" else v).strip() for v in arrays[f"y_{s}"]]
+        assert [ds.meta["classes"][i] for i in ds.splits[s].y] == want
+        assert ds.splits[s].y.dtype == np.int32
+    [warning] = _npz_warnings(caplog)
+    assert "class(es) yak appear in y_val/y_test but never in y_train" in warning
+    loaded = load_prepared(save_prepared(tmp_path / "cache", ds))
+    assert loaded.meta["classes"] == ds.meta["classes"]
+    # numbers as names: numeric order, so "10" is the last class, not the second
+    for s in SIZES:
+        arrays[f"y_{s}"] = np.array(["1", "2", "10"])[np.arange(SIZES[s]) % 3]
+    assert load_user_npz(_write(tmp_path, arrays)).meta["classes"] == ["1", "2", "10"]
+
+
+def test_classes_key_names_integer_labels(tmp_path):
+    arrays = _classification()
+    arrays["classes"] = np.array(["a", "b", "c", "d", "e"])  # e has no example: allowed
+    ds = load_user_npz(_write(tmp_path, arrays))
+    assert ds.n_classes == 5 and ds.meta["classes"] == ["a", "b", "c", "d", "e"]
+    np.testing.assert_array_equal(ds.splits["train"].y, arrays["y_train"])
+    arrays["classes"] = np.array(["a", "b", "c"])
+    _fails(tmp_path, arrays, r"key 'y_train' has label 3 but classes names 3",
+           r"name every class in classes or fix the labels")  # fmt: skip
+    arrays["classes"] = np.array(["a", "b", "a", "d"])
+    _fails(tmp_path, arrays, r"key 'classes' names class 'a' more than once")
+    arrays["classes"], arrays["n_classes"] = np.array(["a", "b", "c", "d"]), np.array(6)
+    _fails(tmp_path, arrays, r"key 'classes' names 4 classes but n_classes is 6")
+    del arrays["n_classes"]
+    arrays["classes"] = np.array([[1, 2], [3, 4]])
+    _fails(tmp_path, arrays, r"key 'classes' has shape \(2, 2\) and dtype int64; give the "
+           r"class names as a 1-d str array")  # fmt: skip
+    reg = {k: v.astype(np.float32) if k.startswith("y_") else v for k, v in arrays.items()}
+    reg["classes"], reg["task"] = np.array(["a", "b"]), np.array("regression")
+    _fails(tmp_path, reg, r"key 'classes' is given but the task is regression")
+
+
+@pytest.mark.parametrize(
+    "change, patterns",
+    [
+        (
+            lambda a: a.update(y_test=np.arange(7) % 2),
+            [r"key 'y_test' holds numbers but y_train holds class names; store every split"],
+        ),
+        (
+            lambda a: a["y_train"].__setitem__(4, ""),
+            [r"key 'y_train' has an empty class name at index 4 \(a missing label\?\)"],
+        ),
+        (
+            lambda a: a.update(n_classes=np.array(2)),
+            [r"key 'n_classes' is given but the labels are class names", "drop n_classes"],
+        ),
+        (lambda a: a.update(classes=np.array(["x", "y"])), [r"key 'classes' is given but"]),
+        (
+            lambda a: a.update(task=np.array("regression")),
+            [r"key 'y_train' holds class names but task is 'regression'"],
+        ),
+        (
+            lambda a: a.update(y_val=np.array([["x"] * 2] * 5)),
+            [r"key 'y_val' has shape \(5, 2\); class labels must be \(N,\)"],
+        ),
+        (lambda a: a.update(y_train=np.array([b"\xff"] * 12)), [r"not UTF-8 text"]),
+        (
+            lambda a: a.update(y_train=np.array(["x"] * 12, dtype=object)),
+            [r"key 'y_train' cannot be loaded", r"np.asarray\(y, dtype=str\)"],
+        ),
+    ],
+)
+def test_class_name_errors(tmp_path, change, patterns):
+    arrays = _classification()
+    for s in SIZES:
+        arrays[f"y_{s}"] = np.array(["x", "y"])[arrays[f"y_{s}"] % 2]
+    change(arrays)
+    _fails(tmp_path, arrays, *patterns)
 
 
 def test_float_labels_with_n_classes_are_classification(tmp_path):

@@ -481,10 +481,13 @@ def test_prepare_uea_writes_npz_that_load_user_npz_reads_the_same(tmp_path, monk
         want = load_ts(next(src.rglob(f"{name}_TRAIN.ts")), missing="interpolate", val_seed=2)
         got = load_user_npz(tmp_path / "root" / "uea" / f"{name}.npz")
         assert got.n_classes == want.n_classes and got.task == want.task
+        # the .ts file's class names travel in the .npz (`classes`), label i naming classes[i]
+        assert got.meta.get("classes") == want.meta.get("classes")
         for s in ("train", "val", "test"):
             np.testing.assert_array_equal(got.splits[s].x, want.splits[s].x)
             np.testing.assert_array_equal(got.splits[s].y, want.splits[s].y)
     assert [p.name for p, _ in convert_ts(src / "Demo", tmp_path / "o")] == ["Demo.npz"]
+    assert np.load(tmp_path / "o" / "Demo.npz")["classes"].tolist() == ["1", "2", "10"]
     assert main(["data", "prepare", "pendulum", "--missing", "zero"]) == 2
     assert "--missing applies to `s5jax data prepare uea` only" in capsys.readouterr().err
 

@@ -123,6 +123,38 @@ def test_x_only_file_without_targets_and_irregular_times(tmp_path, capsys):
     assert not np.allclose(np.load(out)["pred"], want, atol=1e-4)
 
 
+def test_labels_by_name_equal_labels_by_index(tmp_path, capsys):
+    """A run trained on class names: predict reads labels by name (the metric equals that of
+    the same labels as indices), names its classes, and refuses a name it was not trained on."""
+    rng = np.random.default_rng(4)
+    arrays = features(rng)
+    names = np.array(["low", "mid", "high"])  # numbered in sorted order: high, low, mid
+    named = {k: names[v] if k.startswith("y_") else v for k, v in arrays.items()}
+    run_dir, _ = make_run(tmp_path, named)
+    assert load_run(run_dir).dataset.meta["classes"] == ["high", "low", "mid"]
+    index = {"high": 0, "low": 1, "mid": 2}
+    x, y = arrays["x_test"], named["y_test"]
+    np.savez(tmp_path / "by_name.npz", x=x, y=y)
+    np.savez(tmp_path / "by_index.npz", x=x, y=np.array([index[c] for c in y]))
+    got = {}
+    for kind in ("by_name", "by_index"):
+        out = tmp_path / f"{kind}-pred.npz"
+        got[kind] = predict_run(run_dir, out, data=tmp_path / f"{kind}.npz", progress=False)
+        assert np.load(out)["classes"].tolist() == ["high", "low", "mid"]
+    assert got["by_name"]["accuracy"] == got["by_index"]["accuracy"]
+    assert got["by_name"]["loss"] == pytest.approx(got["by_index"]["loss"], rel=1e-6)
+    np.savez(tmp_path / "new.npz", x=x[:3], y=np.array(["low", "top", "mid"]))
+    out = tmp_path / "p.npz"
+    assert main(["predict", str(run_dir), "--data", str(tmp_path / "new.npz"),
+                 "--out", str(out)]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"s5jax predict: error: {tmp_path / 'new.npz'}: 'y' has class name(s) 'top' that the "
+        "run was not trained on (its classes: high, low, mid)"
+    )
+    assert not out.exists()
+
+
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     """One small classification run (3 features, 3 classes, L = 10) shared by a module."""
@@ -139,6 +171,10 @@ def small(tmp_path_factory):
         ({"x": np.zeros((4, 10, 3), np.float32), "lengths": np.full(4, 11)}, "'lengths'"),
         ({"x": np.zeros((4, 10, 3), np.float32), "t": np.zeros((4, 9))}, "'t'"),
         ({"x": np.zeros((4, 10, 3), np.float32), "y": np.full(4, 3)}, "3 classes"),
+        (
+            {"x": np.zeros((4, 10, 3), np.float32), "y": np.array(["a"] * 4)},
+            "holds class names but this run was trained on unnamed labels 0 .. 2",
+        ),
         ({"x_val": np.zeros((4, 10, 3), np.float32)}, "--split"),
     ],
 )

@@ -8,17 +8,24 @@ without any val key, `load_user_npz` carves the val split from the training spli
 | `x_{split}`       | (N, L, D) float            | D features per step, L steps per sequence      |
 |                   | (N, L) integer             | or token ids `0 .. vocab_size - 1`             |
 | `y_{split}`       | (N,) integer               | classification: labels `0 .. n_classes - 1`    |
+|                   | (N,) str                   | or class names (`"cat"`, `"dog"`, ...)         |
 |                   | (N,) or (N, K) float       | regression: a target (vector) per sequence     |
 |                   | (N, L) or (N, L, K) float  | regression: a target (vector) per step         |
 | `lengths_{split}` | (N,) integer, optional     | valid steps of each padded sequence, 1 .. L    |
 | `t_{split}`       | (N, L) float, optional     | observation times, strictly increasing over    |
 |                   |                            | the valid steps (irregular sampling)           |
 | `n_classes`       | int scalar, optional       | implies classification; default: max label + 1 |
+| `classes`         | (C,) str, optional         | names of integer labels `0 .. C - 1`           |
 | `vocab_size`      | int scalar, optional       | default: largest token + 1 over all splits     |
 | `task`            | str scalar, optional       | `"classification"` or `"regression"` (default: |
 |                   |                            | classification when `y_train` is integer)      |
 | `per_step`        | bool scalar, optional      | float `y` of shape (N, L): per step (default), |
 |                   |                            | or False for (N, K) per sequence with K == L   |
+
+Class names, stored as the labels themselves or as `classes`, are carried into the run:
+predictions name their classes (`classes[pred]`), and `s5jax predict --data` reads labels
+by name. Names stored as labels are numbered in sorted order (numeric order when every name
+is a number), over the names of all splits.
 
 L and D must be the same in every split; N may differ. Inputs, targets and times must be
 finite everywhere, padding included (pad with zeros). Per-step targets are stored as
@@ -86,7 +93,13 @@ def _reason(error: BaseException) -> str:
 
 
 def _allowed_keys() -> list[str]:
-    return [f"{f}_{s}" for s in SPLITS for f in _PER_SPLIT] + list(_SCALARS)
+    return [f"{f}_{s}" for s in SPLITS for f in _PER_SPLIT] + list(_SCALARS) + ["classes"]
+
+
+def _is_label_key(key: str) -> bool:
+    """Keys that may hold text: class labels (`y_{split}`, or `y` in a predict file) and the
+    names of integer labels (`classes`)."""
+    return key == "y" or key.startswith("y_") or key == "classes"
 
 
 class _Reader:
@@ -130,16 +143,27 @@ class _Reader:
         except ValueError as e:
             if "allow_pickle" not in str(e):
                 raise self.error(key, f"is corrupt ({_reason(e)}); write the file again") from e
-            raise self.error(
-                key, f"cannot be loaded ({e}); store a numeric numpy array, not Python objects"
-            ) from e
+            what = (
+                "integer labels or class names (np.asarray(y, dtype=str), as a pandas column "
+                "of strings needs)"
+                if _is_label_key(key)
+                else "a numeric numpy array"
+            )
+            message = f"cannot be loaded ({e}); store {what}, not Python objects"
+            raise self.error(key, message) from e
         except _CORRUPT as e:
             raise self.error(key, f"is corrupt ({_reason(e)}); write the file again") from e
+        if arr.dtype.kind in "US" and _is_label_key(key):
+            return _as_text(self, key, arr)
         if arr.dtype.kind not in "biuf" and key != "task":
+            allowed = (
+                "integer labels or class names (np.asarray(y, dtype=str))"
+                if _is_label_key(key)
+                else "a numeric array (integer, bool or float)"
+            )
             raise self.error(
                 key,
-                f"has dtype {arr.dtype}; store a numeric array (integer, bool or float), "
-                "not strings, objects or complex numbers",
+                f"has dtype {arr.dtype}; store {allowed}, not objects or complex numbers",
             )
         return arr
 
@@ -149,6 +173,29 @@ class _Reader:
 
 def _is_int(arr: np.ndarray) -> bool:
     return arr.dtype.kind in "biu"
+
+
+def _is_text(arr: np.ndarray) -> bool:
+    return arr.dtype.kind == "U"
+
+
+def _as_text(r, key: str, arr: np.ndarray) -> np.ndarray:
+    """A str array from text labels: bytes (`S`, as h5py and older numpy write) decoded as
+    UTF-8, surrounding spaces stripped (as a `.ts` file's labels are), no empty name."""
+    if arr.dtype.kind == "S":
+        try:
+            arr = np.char.decode(arr, "utf-8")
+        except UnicodeDecodeError as e:
+            raise r.error(key, f"holds bytes that are not UTF-8 text ({e.reason})") from None
+    arr = np.char.strip(arr)
+    empty = np.flatnonzero(arr.reshape(-1) == "")
+    if len(empty):
+        raise r.error(
+            key,
+            f"has an empty class name at index {int(empty[0])} (a missing label?); drop the "
+            "example or name its class",
+        )
+    return arr
 
 
 def _check_finite(r: _Reader, key: str, arr: np.ndarray) -> None:
@@ -331,9 +378,14 @@ def _infer_task(r: _Reader, n_classes: int | None) -> str:
     task = _scalar(r, "task", "str")
     if task == "regression" and n_classes is not None:
         raise r.error("n_classes", "is given but task is 'regression'; drop one of the two keys")
+    named = [s for s in r.splits if _is_text(r.arrays[f"y_{s}"])]
+    if named and task == "regression":
+        raise r.error(
+            f"y_{named[0]}", "holds class names but task is 'regression'; store float targets"
+        )
     if task is not None:
         return task
-    if n_classes is not None or _is_int(r.arrays["y_train"]):
+    if n_classes is not None or _is_int(r.arrays["y_train"]) or named:
         return "classification"
     # float y_train means regression; an integer split beside it is most likely class labels
     # whose training split went through a float conversion (pandas with missing values)
@@ -383,7 +435,77 @@ def _warn_once(message: str, *args) -> None:
         _log.warning(text)
 
 
-def _check_labels(r: _Reader, n_classes: int | None) -> tuple[dict[str, np.ndarray], int]:
+def _label_names(r: _Reader, n_classes: int | None) -> list[str] | None:
+    """The `classes` key, checked: unique names of the labels 0 .. C-1, or None."""
+    if "classes" not in r.arrays:
+        return None
+    names = r.arrays["classes"]
+    if not _is_text(names) or names.ndim != 1:
+        raise r.error(
+            "classes",
+            f"has shape {names.shape} and dtype {names.dtype}; give the class names as a 1-d "
+            "str array, classes[i] naming label i",
+        )
+    twice = sorted({c for c in names.tolist() if names.tolist().count(c) > 1})
+    if twice:
+        raise r.error("classes", f"names class {twice[0]!r} more than once; names must differ")
+    if n_classes is not None and n_classes != len(names):
+        raise r.error(
+            "classes",
+            f"names {len(names)} classes but n_classes is {n_classes}; drop n_classes (the "
+            "names give the count) or name every class",
+        )
+    return names.tolist()
+
+
+def _named_labels(r: _Reader) -> tuple[dict[str, np.ndarray], list[str]] | None:
+    """Labels stored as class names: the names numbered in sorted order (numeric order when
+    every name is a number, as for a `.ts` file) over all splits, or None for numbers."""
+    from ._uea import _class_order
+
+    named = [s for s in r.splits if _is_text(r.arrays[f"y_{s}"])]
+    if not named:
+        return None
+    numbers = [s for s in r.splits if s not in named]
+    if numbers:
+        raise r.error(
+            f"y_{numbers[0]}",
+            f"holds numbers but y_{named[0]} holds class names; store every split's labels "
+            "the same way",
+        )
+    for key in ("n_classes", "classes"):
+        if key in r.arrays:
+            raise r.error(
+                key,
+                "is given but the labels are class names, which give the classes and their "
+                f"count; drop {key} (or store integer labels)",
+            )
+    for s in r.splits:
+        y = r.arrays[f"y_{s}"]
+        if y.ndim != 1:
+            raise r.error(f"y_{s}", f"has shape {y.shape}; class labels must be (N,), one "
+                          "name per example")  # fmt: skip
+    names = _class_order(sorted(set().union(*(np.unique(r.arrays[f"y_{s}"]).tolist()
+                                              for s in r.splits))))  # fmt: skip
+    index = {c: i for i, c in enumerate(names)}
+    labels = {}
+    for s in r.splits:
+        found, inverse = np.unique(r.arrays[f"y_{s}"], return_inverse=True)
+        labels[s] = np.array([index[c] for c in found.tolist()], np.int32)[inverse.reshape(-1)]
+    return labels, names
+
+
+def _check_labels(
+    r: _Reader, n_classes: int | None
+) -> tuple[dict[str, np.ndarray], int, list[str] | None]:
+    """The labels of every split as int32 0 .. C-1, C, and the class names (or None)."""
+    named = _named_labels(r)
+    if named is not None:
+        labels, names = named
+        return _check_classes(r, labels, len(names), names, None), len(names), names
+    names = _label_names(r, n_classes)
+    if names is not None and n_classes is None:
+        n_classes = len(names)
     labels = {}
     for s in r.splits:
         key, y = f"y_{s}", r.arrays[f"y_{s}"]
@@ -417,31 +539,65 @@ def _check_labels(r: _Reader, n_classes: int | None) -> tuple[dict[str, np.ndarr
             )
         labels[s] = y.astype(np.int32)
     top = max(int(y.max()) for y in labels.values())
+    given = n_classes
     if n_classes is None:
         n_classes = top + 1
     for s, y in labels.items():
         if y.max() >= n_classes:
+            count, fix = (
+                (f"classes names {n_classes}", "name every class in classes")
+                if names
+                else (f"n_classes is {n_classes}", "raise n_classes")
+            )
             raise r.error(
                 f"y_{s}",
-                f"has label {int(y.max())} but n_classes is {n_classes}; labels must be "
-                f"0 .. {n_classes - 1} (raise n_classes or fix the labels)",
+                f"has label {int(y.max())} but {count}; labels must be 0 .. {n_classes - 1} "
+                f"({fix} or fix the labels)",
             )
+    return _check_classes(r, labels, n_classes, names, given), n_classes, names
+
+
+def _check_classes(
+    r: _Reader,
+    labels: dict[str, np.ndarray],
+    n_classes: int,
+    names: list[str] | None,
+    given: int | None,
+) -> dict[str, np.ndarray]:
+    """At least two classes; warn about classes the training split never shows, and about
+    numbers 0 .. C-1 no split uses when C came from the largest label (1-based labels)."""
+
+    def shown(classes) -> str:
+        classes = [names[c] if names else str(c) for c in classes]
+        return ", ".join(classes[:10]) + (" ..." if len(classes) > 10 else "")
+
     if n_classes < 2:
         raise r.error(
             "y_train",
             f"gives only {n_classes} class; classification needs at least 2 (set n_classes "
             "if some classes are missing from the data)",
         )
-    unseen = sorted(set(np.unique(np.concatenate([labels[s] for s in r.splits[1:]])))
-                    - set(np.unique(labels["train"])))  # fmt: skip
+    used = set(np.unique(np.concatenate(list(labels.values()))).tolist())
+    unseen = sorted(used - set(np.unique(labels["train"]).tolist()))
     if unseen:
         _warn_once(
             "%s: class(es) %s appear in y_val/y_test but never in y_train: the model cannot "
             "learn them, and those examples count as errors",
-            r.path,
-            ", ".join(map(str, unseen[:10])) + (" ..." if len(unseen) > 10 else ""),
+            r.path, shown(unseen),
+        )  # fmt: skip
+    unused = sorted(set(range(n_classes)) - used)
+    if unused and given is None and names is None:
+        fix = (
+            "labels start at 1: subtract 1 (y - 1)"
+            if unused == [0]
+            else "map your classes to consecutive integers from 0, or store their names"
         )
-    return labels, n_classes
+        _warn_once(
+            "%s: no split has label(s) %s of 0 .. %d, so %d of the model's %d outputs are for "
+            "classes without an example: %s (or add n_classes to the file to keep them)",
+            r.path, shown(unused), n_classes - 1, len(unused), n_classes, fix,
+        )  # fmt: skip
+    return labels
 
 
 def _check_targets(r: _Reader, L: int) -> tuple[dict[str, np.ndarray], bool, int]:
@@ -542,8 +698,12 @@ def load_user_npz(
 
     meta: dict[str, Any] = {"source": str(path), "format": "user_npz", "seq_len": L}
     if task == "classification":
-        ys, n_classes = _check_labels(r, n_classes_key)
+        ys, n_classes, names = _check_labels(r, n_classes_key)
+        if names is not None:
+            meta["classes"] = names
     else:
+        if "classes" in r.arrays:
+            raise r.error("classes", "is given but the task is regression; drop classes")
         ys, per_step, target_dim = _check_targets(r, L)
         n_classes = 0
         meta.update(per_step=per_step, target_dim=target_dim)

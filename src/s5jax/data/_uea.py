@@ -669,6 +669,8 @@ def npz_arrays(dataset: PreparedDataset) -> dict[str, np.ndarray]:
             arrays[f"t_{s}"] = split.t
     if dataset.task == "classification":
         arrays["n_classes"] = np.array(dataset.n_classes)
+        if dataset.meta.get("classes"):  # label i is classes[i], as in the .ts file
+            arrays["classes"] = np.array(dataset.meta["classes"], dtype=np.str_)
     else:
         arrays["task"] = np.array("regression")
     return arrays

@@ -56,6 +56,7 @@ class _Expect:
     d_input: int
     vocab_size: int | None
     n_classes: int
+    classes: tuple[str, ...] | None = None  # the training data's class names
 
     @classmethod
     def of(cls, run: _Run) -> _Expect:
@@ -65,6 +66,7 @@ class _Expect:
         return cls(
             head=run.head, pooling=run.config.model.pooling, tokens=tokens,
             d_input=inputs["d_input"], vocab_size=vocab, n_classes=run.dataset.n_classes,
+            classes=tuple(run.dataset.meta.get("classes") or ()) or None,
         )  # fmt: skip
 
     def output_shapes(self, run: _Run, x: np.ndarray):
@@ -136,6 +138,26 @@ def _check_inputs(x: np.ndarray, expect: _Expect, error) -> np.ndarray:
     return x
 
 
+def _label_indices(y: np.ndarray, expect: _Expect, error) -> np.ndarray:
+    """Class names as the run's label indices (its training data's `classes`)."""
+    if expect.classes is None:
+        raise error(
+            "y",
+            f"holds class names but this run was trained on unnamed labels 0 .. "
+            f"{expect.n_classes - 1}; give integer labels",
+        )
+    index = {c: i for i, c in enumerate(expect.classes)}
+    found, inverse = np.unique(y, return_inverse=True)
+    unknown = [c for c in found.tolist() if c not in index]
+    if unknown:
+        raise error(
+            "y",
+            f"has class name(s) {', '.join(map(repr, unknown[:5]))} that the run was not "
+            f"trained on (its classes: {', '.join(expect.classes)})",
+        )
+    return np.array([index[c] for c in found.tolist()], np.int32)[inverse].reshape(y.shape)
+
+
 def _raise(e: Exception):
     raise e
 
@@ -144,6 +166,8 @@ def _check_targets(y: np.ndarray, out_shape, expect: _Expect, error) -> np.ndarr
     """y against the model's output: labels 0 .. C−1, or targets of the output's shape."""
     n = len(y)
     if expect.head in ("classification", "retrieval"):
+        if y.dtype.kind == "U":
+            y = _label_indices(y, expect, error)
         want = (n, *out_shape[:-1])
         integral = y.dtype.kind in "iu" or (
             y.dtype.kind == "f" and np.isfinite(y).all() and np.array_equal(y, np.round(y))
