@@ -58,6 +58,7 @@ def test_pooled_classifier_forward_and_step_equal_the_live_model(tmp_path, user_
     assert [i["name"] for i in spec["forward"]["inputs"]] == ["x", "lengths", "dt"]
     assert spec["forward"]["inputs"][0]["shape"] == ["b", "l", 3]
     assert spec["forward"]["length"] == "symbolic" and spec["metric"] == "accuracy"
+    assert "no times" not in spec["forward"]["call"] + spec["step"]["call"]  # times matter
     # Another batch size and length than training's (10): both dimensions are symbolic.
     x = rng.standard_normal((5, 13, 3)).astype(np.float32)
     lengths = np.array([13, 1, 7, 12, 5], np.int32)
@@ -99,6 +100,10 @@ def test_bidirectional_model_exports_only_the_forward(tmp_path, capsys):
     assert spec["step"] is None and "bidirectional" in spec["no_step"]
     x, dt = arrays["x_test"][:3], np.ones((3, 10), np.float32)  # timestep_mode irregular
     np.testing.assert_allclose(forward.call(x, dt), alone(run_dir, x, dt=dt), **TOL)
+    # Trained without times, the model is the live model without dt when given ones: the
+    # spec says to give ones.
+    np.testing.assert_allclose(forward.call(x, dt), alone(run_dir, x), **TOL)
+    assert "(the run's data had no times: all ones)" in spec["forward"]["call"]
     # An existing non-empty folder is refused (one line), unless --overwrite.
     capsys.readouterr()
     assert main(["export", str(run_dir), "--out", str(folder)]) == 2

@@ -818,6 +818,7 @@ def _spec(run, expect, names, forward, fixed, step, state_spec, no_step, which) 
     import json
 
     outputs = _output_names(run.head)
+    timed = any(s.t is not None for s in run.dataset.splits.values())
     spec: dict[str, Any] = {
         "format": EXPORT_FORMAT,
         "jax_version": jax.__version__,
@@ -845,7 +846,9 @@ def _spec(run, expect, names, forward, fixed, step, state_spec, no_step, which) 
             f".call({', '.join(names)}) -> {outputs[0] if len(outputs) == 1 else tuple(outputs)}"
             "; inference mode (no dropout, BatchNorm running statistics); x of b examples "
             "of l steps, raw (the run's data.normalize, in 'normalization', is applied "
-            "inside); dt: per-step Δ multipliers [1, t1 - t0, ...]; lengths: valid steps",
+            "inside); dt: per-step Δ multipliers [1, t1 - t0, ...]"
+            + ("" if timed else " (the run's data had no times: all ones)")
+            + "; lengths: valid steps",
         },
     }
     if step is None:
@@ -867,7 +870,9 @@ def _spec(run, expect, names, forward, fixed, step, state_spec, no_step, which) 
         "call": "state, out = step.call(state, x_t, dt_t, reset): state is a tuple of the "
         "leaves of init_state.npz (leaf_000, leaf_001, ...) each broadcast to (b, ...); "
         "x_t one step of b streams; dt_t the step's Δ multiplier (1 at a stream's first "
-        "step; used in timestep_mode 'irregular'/'append'); reset True starts a new episode "
+        "step; used in timestep_mode 'irregular'/'append'"
+        + ("" if timed else "; the run's data had no times: 1 at every step")
+        + "); reset True starts a new episode "
         "first. Pooled heads return the output on the inputs since the last reset, "
         "per-step heads this step's output",
     }
