@@ -1211,6 +1211,13 @@ MUTATIONS = (
     M("uea-npz-drops-classes", "data/_uea.py",
       'if dataset.meta.get("classes"):  # label i is classes[i]', "if False:  # label i",
       (UEA,), "a converted .ts file loses its class names"),
+    M("predict-pred-keeps-unit-axis", "train/_predict.py",
+      'return {"pred": out[..., 0] if squeeze and out.shape[-1] == 1 else out}',
+      'return {"pred": out}', ("tests/test_predict.py",),
+      "a regression pred of (N, 1) against y of (N,): pred - y broadcasts to (N, N)"),
+    M("npz-step-targets-not-marked", "data/_npz.py", "scalar_steps = step and y.ndim == 2",
+      "scalar_steps = False", ("tests/test_predict.py",),
+      "per-step targets given as (N, L) predict as (N, L, 1)"),
 )  # fmt: skip
 
 

@@ -115,12 +115,12 @@ def test_x_only_file_without_targets_and_irregular_times(tmp_path, capsys):
     dt = np.concatenate([np.ones_like(t[:, :1]), np.diff(t, axis=1)], axis=1).astype(np.float32)
     want = alone(run_dir, x, dt=dt)
     got = np.load(out)["pred"]
-    assert got.shape == (5, 10, 1)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert got.shape == (5, 10)  # as the file gave the targets: one per step, (N, L)
+    np.testing.assert_allclose(got, want[..., 0], rtol=1e-5, atol=1e-6)
     # The Δ multipliers matter: without t the predictions differ.
     np.savez(new, x=x)
     predict_run(run_dir, out, data=new, progress=False)
-    assert not np.allclose(np.load(out)["pred"], want, atol=1e-4)
+    assert not np.allclose(np.load(out)["pred"], want[..., 0], atol=1e-4)
 
 
 def test_labels_by_name_equal_labels_by_index(tmp_path, capsys):
@@ -153,6 +153,34 @@ def test_labels_by_name_equal_labels_by_index(tmp_path, capsys):
         "run was not trained on (its classes: high, low, mid)"
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "shape, per_step",
+    [((), False), ((2,), False), ((10,), True), ((10, 2), True)],
+    ids=["(N,)", "(N,K)", "(N,L)", "(N,L,K)"],
+)
+def test_regression_predictions_have_the_targets_shape(tmp_path, capsys, shape, per_step):
+    """`pred` has the shape of the file's `y`, so that the user's own `pred - y` is the
+    elementwise error whose mean square is the printed mse (with `pred` (N, 1) against
+    `y` (N,) it would broadcast to (N, N) without a word)."""
+    rng = np.random.default_rng(5)
+    arrays = features(rng)
+    for s in ("train", "val", "test"):
+        n = len(arrays[f"x_{s}"])
+        arrays[f"y_{s}"] = rng.standard_normal((n, *shape)).astype(np.float32)
+    run_dir, path = make_run(tmp_path, arrays)
+    out = tmp_path / "pred.npz"
+    for argv in (["--data", str(path)], []):  # the file, and the run's own data
+        assert main(["predict", str(run_dir), *argv, "--out", str(out), "--no-progress"]) == 0
+        line = json.loads(capsys.readouterr().out)
+        pred, y = np.load(out)["pred"], arrays["y_test"]
+        assert pred.shape == y.shape
+        assert line["mse"] == pytest.approx(float(np.mean((pred - y) ** 2)), rel=1e-5)
+    if per_step:  # a new file of another length keeps the per-step layout
+        np.savez(tmp_path / "new.npz", x=arrays["x_test"][:3, :7])
+        predict_run(run_dir, out, data=tmp_path / "new.npz", progress=False)
+        assert np.load(out)["pred"].shape == (3, 7, *shape[1:])
 
 
 @pytest.fixture(scope="module")
@@ -340,7 +368,7 @@ def test_streamed_predictions_equal_offline(tmp_path, capsys, per_step):
         lines[mode] = json.loads(capsys.readouterr().out)
     offline, streamed = np.load(tmp_path / "offline.npz"), np.load(tmp_path / "stream.npz")
     key = "pred" if per_step else "log_probs"
-    assert streamed[key].shape == offline[key].shape == ((20, 10, 1) if per_step else (20, 3))
+    assert streamed[key].shape == offline[key].shape == ((20, 10) if per_step else (20, 3))
     np.testing.assert_allclose(streamed[key], offline[key], **STREAM_TOL)
     metric = "mse" if per_step else "accuracy"
     assert lines["stream"][metric] == pytest.approx(lines["offline"][metric], abs=1e-5)

@@ -600,11 +600,13 @@ def _check_classes(
     return labels
 
 
-def _check_targets(r: _Reader, L: int) -> tuple[dict[str, np.ndarray], bool, int]:
+def _check_targets(r: _Reader, L: int) -> tuple[dict[str, np.ndarray], bool, int, bool]:
+    """Float targets of every split, whether they are per step, their width K, and whether
+    the file gave one scalar per step ((N, L), stored here as (N, L, 1))."""
     per_step_key = _scalar(r, "per_step", "bool")
     targets = {}
     shapes = set()
-    per_step = False
+    per_step = scalar_steps = False
     for s in r.splits:
         key, y = f"y_{s}", r.arrays[f"y_{s}"]
         if y.ndim == 1:
@@ -627,7 +629,8 @@ def _check_targets(r: _Reader, L: int) -> tuple[dict[str, np.ndarray], bool, int
             )
         y = y.astype(np.float32)
         _check_finite(r, key, y)
-        if step and y.ndim == 2:
+        scalar_steps = step and y.ndim == 2
+        if scalar_steps:
             y = y[:, :, None]
         targets[s] = y
         shapes.add(y.shape[1:])
@@ -639,7 +642,7 @@ def _check_targets(r: _Reader, L: int) -> tuple[dict[str, np.ndarray], bool, int
             "target shape as y_train",
         )
     target_dim = int(np.prod(targets["train"].shape[2 if per_step else 1 :], dtype=np.int64))
-    return targets, per_step, target_dim
+    return targets, per_step, target_dim, scalar_steps
 
 
 def load_user_npz(
@@ -704,9 +707,11 @@ def load_user_npz(
     else:
         if "classes" in r.arrays:
             raise r.error("classes", "is given but the task is regression; drop classes")
-        ys, per_step, target_dim = _check_targets(r, L)
+        ys, per_step, target_dim, scalar_steps = _check_targets(r, L)
         n_classes = 0
         meta.update(per_step=per_step, target_dim=target_dim)
+        if scalar_steps:  # predictions of shape (N, L), as the file gave the targets
+            meta["scalar_step_targets"] = True
     meta["in_dim"] = D
 
     splits = {}

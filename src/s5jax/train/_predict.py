@@ -418,9 +418,19 @@ def _losses(head: str):
     return jax.jit(jax.vmap(lambda o, y: per_example_loss(head, o, y)))
 
 
-def _named_outputs(head: str, out, classes=None) -> dict[str, np.ndarray]:
+def _scalar_targets(dataset: PreparedDataset) -> bool:
+    """Whether the training data gave one scalar target per sequence ((N,)) or per step
+    ((N, L)): a regression model's output then has a last axis of 1 that `pred` drops, so
+    that `pred - y` is elementwise (with (N, 1) it would broadcast to (N, N))."""
+    if dataset.meta.get("per_step"):
+        return bool(dataset.meta.get("scalar_step_targets"))
+    return dataset.splits["train"].y.ndim == 1
+
+
+def _named_outputs(head: str, out, classes=None, squeeze=False) -> dict[str, np.ndarray]:
     """The predictions file's arrays; `classes` (the training file's class names, label i is
-    `classes[i]`) is stored with a classifier's predictions, so `classes[pred]` names them."""
+    `classes[i]`) is stored with a classifier's predictions, so `classes[pred]` names them;
+    `squeeze` drops a regression output's last axis of 1 (`_scalar_targets`)."""
     if head == "gaussian":
         mean, variance = out
         return {"mean": np.asarray(mean), "variance": np.asarray(variance)}
@@ -430,7 +440,7 @@ def _named_outputs(head: str, out, classes=None) -> dict[str, np.ndarray]:
         if classes:
             named["classes"] = np.array([str(c) for c in classes], dtype=np.str_)
         return named
-    return {"pred": out}
+    return {"pred": out[..., 0] if squeeze and out.shape[-1] == 1 else out}
 
 
 #: Every array name a predictions file can hold (`_named_outputs`, for any head).
@@ -499,8 +509,9 @@ def predict_run(
     - `out`: the predictions file, written atomically: `log_probs` (N, C) and `pred` (N,)
       for classification ((N, L, C) and (N, L) per step), with `classes` (C,) when the
       training data named its classes (a `.ts` file's labels, Speech Commands' words:
-      `classes[pred]` are the predicted names), `pred` (N, D) or (N, L, D) for
-      regression, `mean` and `variance` (N, L, D) for the Gaussian head.
+      `classes[pred]` are the predicted names), `pred` for regression in the shape of the
+      training data's targets ((N,), (N, K), (N, L) or (N, L, K), with this data's N and
+      L), `mean` and `variance` (N, L, D) for the Gaussian head.
     - `data`: an `.npz` (own-data format: split `x_{split}`, or only `x` with optional
       `lengths`, `t`, `y`), a UEA/UCR `.ts` file (labels optional; missing values, times
       and class names as the run's training file had them; padded to the training length
@@ -564,7 +575,9 @@ def predict_run(
     if bar is not None:
         bar.close()
     outputs = jax.tree.map(lambda *p: np.concatenate(p), *parts)
-    _write_npz(out, _named_outputs(run.head, outputs, run.dataset.meta.get("classes")))
+    squeeze = run.head == "regression" and _scalar_targets(run.dataset)
+    classes = run.dataset.meta.get("classes")
+    _write_npz(out, _named_outputs(run.head, outputs, classes, squeeze))
     result: dict[str, Any] = {"split": where, "n": len(x)}
     if has_targets:
         result |= {"loss": sums["loss"] / len(x), run.metric: sums["metric"] / len(x)}
