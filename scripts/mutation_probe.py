@@ -1218,6 +1218,10 @@ MUTATIONS = (
     M("npz-step-targets-not-marked", "data/_npz.py", "scalar_steps = step and y.ndim == 2",
       "scalar_steps = False", ("tests/test_predict.py",),
       "per-step targets given as (N, L) predict as (N, L, 1)"),
+    M("predict-numbered-names-by-index", "train/_predict.py",
+      "return None if list(numbers.values()) == list(range(len(classes))) else numbers",
+      "return None", ("tests/test_predict.py",),
+      "integer labels that are also the run's numeric class names pass without a word"),
 )  # fmt: skip
 
 

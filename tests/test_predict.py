@@ -155,6 +155,40 @@ def test_labels_by_name_equal_labels_by_index(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_class_names_that_are_numbers_are_not_taken_for_indices(tmp_path, caplog, capsys):
+    """Classes named 1, 2, 10 (a .ts file's labels): integer labels are indices, said when
+    they could be names; names beyond the indices get an error naming both ways."""
+    rng = np.random.default_rng(6)
+    arrays = features(rng) | {"classes": np.array(["1", "2", "10"])}
+    run_dir, _ = make_run(tmp_path, arrays)
+    x = arrays["x_test"][:4]
+    out = tmp_path / "p.npz"
+    results = {}
+    for name, y in {"names": np.array(["10", "1", "2", "2"]), "indices": np.array([2, 0, 1, 1]),
+                    "ambiguous": np.array([2, 1, 1, 2])}.items():  # fmt: skip
+        np.savez(tmp_path / f"{name}.npz", x=x, y=y)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="s5jax"):
+            results[name] = predict_run(run_dir, out, data=tmp_path / f"{name}.npz",
+                                        progress=False)  # fmt: skip
+        warned = [r.getMessage() for r in caplog.records if "class indices" in r.getMessage()]
+        assert len(warned) == (name == "ambiguous"), (name, warned)
+    assert results["names"]["loss"] == pytest.approx(results["indices"]["loss"], rel=1e-6)
+    assert warned[0] == (
+        f"{tmp_path / 'ambiguous.npz'}: 'y' holds integer labels, read as class indices (0 is "
+        "class '1', 1 is '2', ...), but they are also names of the run's classes (1, 2, 10); "
+        "to give names, store them as strings (np.asarray(y).astype(str))"
+    )
+    np.savez(tmp_path / "beyond.npz", x=x, y=np.array([10, 1, 2, 2]))
+    assert main(["predict", str(run_dir), "--data", str(tmp_path / "beyond.npz"),
+                 "--out", str(out)]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "'y' has label 10; the run has 3 classes (labels 0 .. 2); its classes are named 1, 2, "
+        "10: give a class by its index, or labels as names (np.asarray(y).astype(str))"
+    )
+
+
 @pytest.mark.parametrize(
     "shape, per_step",
     [((), False), ((2,), False), ((10,), True), ((10, 2), True)],

@@ -138,6 +138,18 @@ def _check_inputs(x: np.ndarray, expect: _Expect, error) -> np.ndarray:
     return x
 
 
+def _numbered_names(classes: tuple[str, ...] | None) -> dict[str, int] | None:
+    """Class names that are whole numbers other than their indices (a `.ts` file's labels
+    1 2 10, say): name → number, or None. Integer labels could then mean either."""
+    if not classes:
+        return None
+    try:
+        numbers = {c: int(c) for c in classes}
+    except ValueError:
+        return None
+    return None if list(numbers.values()) == list(range(len(classes))) else numbers
+
+
 def _label_indices(y: np.ndarray, expect: _Expect, error) -> np.ndarray:
     """Class names as the run's label indices (its training data's `classes`)."""
     if expect.classes is None:
@@ -178,13 +190,29 @@ def _check_targets(y: np.ndarray, out_shape, expect: _Expect, error) -> np.ndarr
                 f"has shape {y.shape} and dtype {y.dtype}; this run's model predicts "
                 f"classes, so labels must be integers of shape {want}",
             )
+        numbered = _numbered_names(expect.classes)
         if y.size and (y.min() < 0 or y.max() >= expect.n_classes):
             bad = y.min() if y.min() < 0 else y.max()
+            names = (
+                f"; its classes are named {', '.join(expect.classes)}: give a class by its "
+                "index, or labels as names (np.asarray(y).astype(str))"
+                if numbered
+                else ""
+            )
             raise error(
                 "y",
                 f"has label {bad.item()!r}; the run has {expect.n_classes} classes "
-                f"(labels 0 .. {expect.n_classes - 1})",
+                f"(labels 0 .. {expect.n_classes - 1}){names}",
             )
+        if numbered and set(np.unique(y).tolist()) <= set(numbered.values()):
+            said = error(
+                "y",
+                f"holds integer labels, read as class indices (0 is class {expect.classes[0]!r}, "
+                f"1 is {expect.classes[1]!r}, ...), but they are also names of the run's "
+                f"classes ({', '.join(expect.classes)}); to give names, store them as strings "
+                "(np.asarray(y).astype(str))",
+            )
+            log.warning("%s", said)
         return y.astype(np.int32)
     shape = out_shape[0] if expect.head == "gaussian" else out_shape
     want = (n, *shape)
