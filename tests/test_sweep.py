@@ -54,6 +54,11 @@ def test_parse_seeds():
     assert parse_seeds("0-2,9,1") == [0, 1, 2, 9]
     assert parse_seeds("5,0-3,2,9") == [5, 0, 1, 2, 3, 9]  # the order given, repeats dropped
     assert parse_seeds("10-99999,0-20") == [*range(10, 100_000), *range(10)]
+    # A typo's range is refused before it is built (10^9 seeds would fill the memory).
+    with pytest.raises(ValueError, match=r"the range '0-1000000000' holds 1,000,000,001 seeds"):
+        parse_seeds("0-1000000000")
+    with pytest.raises(ValueError, match=r"100,001 seeds or more, more than the 100,000"):
+        parse_seeds("0-99999,100000")
     for bad in ("", "a", "3-1", "1-", "-2"):
         with pytest.raises(ValueError, match="--seeds"):
             parse_seeds(bad)

@@ -58,9 +58,15 @@ SUMMARY_JSON, SUMMARY_MD, SWEEP_JSON = "summary.json", "summary.md", "sweep.json
 # --- seeds -----------------------------------------------------------------------------------
 
 
+#: The most seeds one `--seeds` takes: a range of 10^9 (a typo) would fill the memory
+#: before the first run.
+MAX_SEEDS = 100_000
+
+
 def parse_seeds(text: str) -> list[int]:
-    """`"0-19"`, `"0,3,5"` or `"0-4,9"` → the seeds, in the order given, without repeats."""
-    seeds: dict[int, None] = {}  # ordered, and a set for the repeats (0-99999 is 1e5 seeds)
+    """`"0-19"`, `"0,3,5"` or `"0-4,9"` → the seeds, in the order given, without repeats
+    (at most `MAX_SEEDS`)."""
+    seeds: dict[int, None] = {}  # ordered, and a set for the repeats
     for part in str(text).split(","):
         part = part.strip()
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
@@ -74,7 +80,17 @@ def parse_seeds(text: str) -> list[int]:
             raise ValueError(
                 f"--seeds {text!r}: the range {part!r} runs backwards; write {hi}-{lo}"
             )
+        if hi - lo + 1 > MAX_SEEDS:  # checked before the range is built
+            raise ValueError(
+                f"--seeds {text!r}: the range {part!r} holds {hi - lo + 1:,} seeds, more than "
+                f"the {MAX_SEEDS:,} one command trains; give fewer, e.g. 0-19"
+            )
         seeds.update(dict.fromkeys(range(lo, hi + 1)))
+        if len(seeds) > MAX_SEEDS:
+            raise ValueError(
+                f"--seeds {text!r}: {len(seeds):,} seeds or more, more than the {MAX_SEEDS:,} "
+                "one command trains; give fewer, e.g. 0-19"
+            )
     return list(seeds)
 
 
