@@ -1222,6 +1222,13 @@ MUTATIONS = (
       "return None if list(numbers.values()) == list(range(len(classes))) else numbers",
       "return None", ("tests/test_predict.py",),
       "integer labels that are also the run's numeric class names pass without a word"),
+    M("sweep-mixed-drops-random", "train/_sweep.py",
+      "if self.random:  # each grid point with `samples` draws of the random keys",
+      "if False:", ("tests/test_sweep.py",),
+      "a space with [grid] and [random] searches the grid only"),
+    M("sweep-key-in-both-tables", "train/_sweep.py", "both = sorted(set(grid) & set(rand))",
+      "both = []", ("tests/test_sweep.py",),
+      "a key in [grid] and [random] is searched twice, the draw overriding the grid"),
 )  # fmt: skip
 
 

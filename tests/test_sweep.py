@@ -190,6 +190,32 @@ def test_grid_expands_in_order():
                and t["model.d_model"] in (8, 16) for t in rand)  # fmt: skip
 
 
+def test_grid_and_random_together(tmp_path, capsys):
+    """[grid] and [random] in one space: every grid point with `samples` draws of the random
+    keys, in grid order; the sweep trains them and its table and plot show every key."""
+    space = tmp_path / "space.toml"
+    fixed = [*TINY, "train.epochs=1"]
+    space.write_text(
+        f'base = "synthetic"\nset = {json.dumps(fixed)}\nsamples = 2\nseed = 4\n'
+        "[grid]\nmodel.prenorm = [true, false]\n"
+        "[random]\noptim.ssm_lr = { log_uniform = [1e-4, 1e-2] }\n"
+    )
+    trials = read_space(space).trials()
+    assert [t["model.prenorm"] for t in trials] == [True, True, False, False]
+    lrs = [t["optim.ssm_lr"] for t in trials]
+    assert all(1e-4 <= lr <= 1e-2 for lr in lrs) and len(set(lrs)) == 4
+    assert read_space(space).trials() == trials  # the seed fixes the draws
+    sweepdir = tmp_path / "sw"
+    assert main(["sweep", str(space), "--workdir", str(sweepdir), "--no-progress"]) == 0
+    for i, want in enumerate(trials):
+        config = json.loads((sweepdir / f"trial-00{i}" / "config.json").read_text())
+        assert config["model"]["prenorm"] == want["model.prenorm"]
+        assert config["optim"]["ssm_lr"] == want["optim.ssm_lr"]
+    header = (sweepdir / "summary.md").read_text().splitlines()[2]
+    assert header.startswith("| trial | model.prenorm | optim.ssm_lr | best val_accuracy")
+    assert (sweepdir / "sweep.png").stat().st_size > 0
+
+
 def test_random_draws_follow_their_ranges():
     """log_uniform is uniform in log (a decade each side of the middle gets the same share),
     uniform in value, int_uniform includes both ends and a list choice takes each item."""
@@ -383,7 +409,11 @@ def test_device_slots():
         ('base = "synthetic"\n[random]\noptim.ssm_lr = [1e-3]\n', "needs samples"),
         ('base = "synthetic"\ntrials = 3\n[grid]\noptim.ssm_lr = [1e-3]\n', "unknown key 'trials'"),
         ('[grid]\noptim.ssm_lr = [1e-3]\n', "give either base"),
-        ('base = "synthetic"\n', "[grid] or [random]"),
+        ('base = "synthetic"\n', "[grid], [random] or both"),
+        ('base = "synthetic"\nsamples = 2\n[grid]\noptim.ssm_lr = [1e-3]\n[random]\n'
+         'optim.ssm_lr = [2e-3]\n', "[random] optim.ssm_lr: also in [grid]"),
+        ('base = "synthetic"\n[grid]\nmodel.d_model = [8]\n[random]\noptim.ssm_lr = [2e-3]\n',
+         "needs samples = N (how many draws of [random] at every [grid] point)"),
         ('base = "synthetic"\nmetric = "val_acc"\n[grid]\noptim.ssm_lr = [1e-3]\n',
          "metric = 'val_acc': expected one of val_accuracy, val_mse, val_loss"),
         ('base = "synthetic"\n[grid]\noptim.ssm_lr = [1e-3, 2e-3, 0.001]\n',

@@ -369,8 +369,9 @@ class SweepSpace:
 
     `grid` maps keys to lists (every combination is a trial); `random` maps keys to lists
     (a uniform choice) or ranges `{"uniform" | "log_uniform" | "int_uniform": [low, high]}`,
-    and `samples` trials are drawn with `seed`. `sample` > 0 with a grid draws that many
-    distinct grid points instead of all of them.
+    and `samples` trials are drawn with `seed`. `samples` > 0 with a grid alone draws that
+    many distinct grid points instead of all of them; with both, every grid point is tried
+    with `samples` draws of the random keys (grid points × samples trials).
     """
 
     base: str | None = None  # an experiment name or config file
@@ -397,18 +398,23 @@ class SweepSpace:
 
     def trials(self) -> list[dict[str, Any]]:
         """Each trial's searched values, key → value, in a fixed order."""
+        rng = random.Random(self.seed)
         if self.grid:
             keys = list(self.grid)
             points = [
                 dict(zip(keys, p, strict=True))
                 for p in itertools.product(*(self.grid[k] for k in keys))
             ]
+            if self.random:  # each grid point with `samples` draws of the random keys
+                return [
+                    point | {k: _draw(rng, spec) for k, spec in self.random.items()}
+                    for point in points
+                    for _ in range(self.samples)
+                ]
             if self.samples:
-                rng = random.Random(self.seed)
                 picked = sorted(rng.sample(range(len(points)), min(self.samples, len(points))))
                 points = [points[i] for i in picked]
             return points
-        rng = random.Random(self.seed)
         return [
             {k: _draw(rng, spec) for k, spec in self.random.items()} for _ in range(self.samples)
         ]
@@ -559,23 +565,32 @@ def read_space(path: str | os.PathLike) -> SweepSpace:
     fixed = raw.get("set", [])
     if not (isinstance(fixed, list) and all(isinstance(s, str) for s in fixed)):
         raise _space_error(source, 'set: expected a list of "section.key=value" strings')
-    grid, rand = raw.get("grid"), raw.get("random")
-    if (grid is None) == (rand is None):
-        raise _space_error(source, "give one table of searched keys: [grid] or [random]")
-    table = "grid" if grid is not None else "random"
-    keys = _keys_of(grid if grid is not None else rand)
-    if not keys:
-        raise _space_error(source, f"[{table}] is empty: name at least one key to search")
-    for k, spec in keys.items():
-        _check_key(source, table, k)
-        _check_values(source, table, k, spec)
+    tables = {name: raw[name] for name in ("grid", "random") if raw.get(name) is not None}
+    if not tables:
+        raise _space_error(source, "give a table of searched keys: [grid], [random] or both")
+    searched: dict[str, dict[str, Any]] = {}
+    for table, contents in tables.items():
+        keys = _keys_of(contents)
+        if not keys:
+            raise _space_error(source, f"[{table}] is empty: name at least one key to search")
+        for k, spec in keys.items():
+            _check_key(source, table, k)
+            _check_values(source, table, k, spec)
+        searched[table] = keys
+    grid, rand = searched.get("grid", {}), searched.get("random", {})
+    both = sorted(set(grid) & set(rand))
+    if both:
+        raise _space_error(
+            source, f"[random] {both[0]}: also in [grid]; search each key in one table"
+        )
     samples, seed = raw.get("samples", 0), raw.get("seed", 0)
     for name, value in (("samples", samples), ("seed", seed)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise _space_error(source, f"{name} = {value!r}: expected a whole number >= 0")
-    if table == "random" and samples < 1:
-        raise _space_error(source, "[random] needs samples = N (how many trials to draw)")
-    points = math.prod(len(v) for v in keys.values()) if table == "grid" else 0
+    if rand and samples < 1:
+        how = "draws of [random] at every [grid] point" if grid else "trials to draw"
+        raise _space_error(source, f"[random] needs samples = N (how many {how})")
+    points = math.prod(len(v) for v in grid.values()) if grid and not rand else 0
     if samples > points > 0:
         raise _space_error(
             source,
@@ -589,8 +604,8 @@ def read_space(path: str | os.PathLike) -> SweepSpace:
         base=base,
         data=data,
         fixed=tuple(fixed),
-        grid=keys if table == "grid" else {},
-        random=keys if table == "random" else {},
+        grid=grid,
+        random=rand,
         samples=samples,
         seed=seed,
         metric=metric,
@@ -981,8 +996,13 @@ def sweep_summary(space, trials, records, metric: str, select: str | None = None
     }
 
 
+def _searched(summary: dict[str, Any]) -> list[str]:
+    """The searched keys of a summary's space: the grid's, then the random ones."""
+    return [*(summary["space"]["grid"] or {}), *(summary["space"]["random"] or {})]
+
+
 def sweep_table(summary: dict[str, Any]) -> str:
-    keys = list(summary["space"]["grid"] or summary["space"]["random"])
+    keys = _searched(summary)
     metric = summary["metric"]
     test_key = summary["test_metric"]
     lines = [
@@ -1017,10 +1037,11 @@ def plot_sweep(summary: dict[str, Any], path: Path) -> None:
     """One panel per searched key: each trial's best val against the key's value."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     from ._plots import DPI, PANEL_SIZE, SPLIT_COLORS, _save_atomic, log_scale_for
 
-    keys = list(summary["space"]["grid"] or summary["space"]["random"])
+    keys = _searched(summary)
     rows = [r for r in summary["trials"] if r["best_val"] is not None]
     if not rows:
         return
@@ -1035,6 +1056,13 @@ def plot_sweep(summary: dict[str, Any], path: Path) -> None:
             pos = [float(x) for x in xs]
             if min(pos) > 0 and max(pos) / min(pos) >= 10:
                 ax.set_xscale("log")
+                # ticks at 1, 2 and 5 of each decade of a short span (one per decade of a
+                # long one), labelled plainly (0.002): matplotlib's own labels every minor
+                # tick of a short span, and they overlap
+                short = max(pos) / min(pos) <= 1e3
+                ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if short else (1.0,)))
+                ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+                ax.xaxis.set_minor_formatter(NullFormatter())
         else:
             labels = sorted({str(x) for x in xs})
             pos = [labels.index(str(x)) for x in xs]
