@@ -288,6 +288,7 @@ def test_counts_are_worded_in_the_singular_for_one():
         in {c.key: c.reason for c in choose_defaults(one, {})}["data.batch_size"]
     )
     assert ", 3 channels, " in _facts(n_train=2, channels=3).describe()
+    assert ", token ids (vocabulary 1,000), " in _facts(tokens=True, vocab=1000).describe()
 
 
 def test_epochs_count_steps_of_the_users_batch():

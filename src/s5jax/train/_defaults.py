@@ -119,6 +119,7 @@ class DataFacts:
     n_val: int | None = None  # None: no val split
     val_carved: bool = False  # the val split was carved from the training file by s5jax
     time_step: float | None = None  # median t_k - t_(k-1) over valid steps; None: no times
+    vocab: int | None = None  # token inputs: the vocabulary size
 
     def describe(self) -> str:
         lengths = (
@@ -130,11 +131,15 @@ class DataFacts:
         spread = "" if self.spread is None else f", scale spread {self.spread:.3g}"
         times = "" if self.time_step is None else f", times (median step {self.time_step:.3g})"
         what = "per-step " if self.per_step else ""
+        inputs = (
+            f"token ids (vocabulary {self.vocab:,})"
+            if self.tokens and self.vocab is not None
+            else f"{self.channels} channel{'' if self.channels == 1 else 's'}"
+        )
         return (
             _examples(self.n_train)
             + ("" if self.n_val is None else f" (+{self.n_val} val)")
-            + f", {lengths}, {self.channels} channel{'' if self.channels == 1 else 's'}"
-            + f"{times}, {what}{self.task}{spread}"
+            + f", {lengths}, {inputs}{times}, {what}{self.task}{spread}"
         )
 
 
@@ -195,6 +200,7 @@ def inspect_data(dataset: PreparedDataset) -> DataFacts:
         n_val=len(dataset.splits["val"]) if "val" in dataset.splits else None,
         val_carved=bool(dataset.meta.get("val_carved", False)),
         time_step=time_step,
+        vocab=dataset.vocab_size,
     )
 
 
