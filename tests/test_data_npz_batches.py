@@ -156,6 +156,18 @@ def test_one_based_labels_warn_and_n_classes_keeps_them_quiet(tmp_path, caplog):
         "(or add n_classes to the file to keep them)"
     ]
     caplog.clear()
+    # A label of 2e9 (a typo, refused later by model.max_classes) must not make the check
+    # build 2e9 numbers: the warning names the first ten unused and counts the rest.
+    huge = {k: np.where(v == 4, 2_000_000_000, v) if k.startswith("y_") else v
+            for k, v in arrays.items()}  # fmt: skip
+    with caplog.at_level("WARNING", logger="s5jax"):
+        assert load_user_npz(_write(tmp_path, huge, "huge.npz")).n_classes == 2_000_000_001
+    [warning] = _npz_warnings(caplog)
+    assert warning.startswith(
+        f"{tmp_path / 'huge.npz'}: no split has label(s) 0, 4, 5, 6, 7, 8, 9, 10, 11, 12 ... of "
+        "0 .. 2000000000, so 1,999,999,997 of the model's 2,000,000,001 outputs"
+    )
+    caplog.clear()
     arrays["n_classes"] = np.array(5)  # said on purpose: no warning
     with caplog.at_level("WARNING", logger="s5jax"):
         load_user_npz(_write(tmp_path, arrays, "kept.npz"))

@@ -46,6 +46,7 @@ the key and the fix for each problem; `describe` summarises what it found.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import zipfile
@@ -585,17 +586,19 @@ def _check_classes(
             "learn them, and those examples count as errors",
             r.path, shown(unseen),
         )  # fmt: skip
-    unused = sorted(set(range(n_classes)) - used)
-    if unused and given is None and names is None:
+    missing = n_classes - len(used)  # labels are 0 .. n_classes-1 here
+    if missing and given is None and names is None:
+        # the first 11 unused numbers, in at most len(used) + 11 steps: n_classes may be 2e9
+        unused = list(itertools.islice((c for c in range(n_classes) if c not in used), 11))
         fix = (
             "labels start at 1: subtract 1 (y - 1)"
-            if unused == [0]
+            if missing == 1 and unused == [0]
             else "map your classes to consecutive integers from 0, or store their names"
         )
         _warn_once(
-            "%s: no split has label(s) %s of 0 .. %d, so %d of the model's %d outputs are for "
+            "%s: no split has label(s) %s of 0 .. %d, so %s of the model's %s outputs are for "
             "classes without an example: %s (or add n_classes to the file to keep them)",
-            r.path, shown(unused), n_classes - 1, len(unused), n_classes, fix,
+            r.path, shown(unused), n_classes - 1, f"{missing:,}", f"{n_classes:,}", fix,
         )  # fmt: skip
     return labels
 
