@@ -202,6 +202,17 @@ def test_class_names_as_labels(tmp_path, caplog, kind):
     assert load_user_npz(_write(tmp_path, arrays)).meta["classes"] == ["1", "2", "10"]
 
 
+def test_the_data_line_names_the_classes(tmp_path):
+    from s5jax.train._engine import _describe_data
+
+    arrays = _classification()
+    for s in SIZES:
+        arrays[f"y_{s}"] = np.array(["b", "a", "c", "d"])[arrays[f"y_{s}"]]
+    line = _describe_data(load_user_npz(_write(tmp_path, arrays)))
+    assert line == (f"data: data (train 12, val 5, test 7) from {tmp_path / 'data.npz'}; "
+                    "classes 0=a, 1=b, 2=c, 3=d")  # fmt: skip
+
+
 def test_classes_key_names_integer_labels(tmp_path):
     arrays = _classification()
     arrays["classes"] = np.array(["a", "b", "c", "d", "e"])  # e has no example: allowed

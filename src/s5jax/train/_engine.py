@@ -612,6 +612,9 @@ def _describe_data(dataset: PreparedDataset) -> str:
         line += f" from {source}"
     if dataset.meta.get("generated") is not None:
         line += " [generated data]"
+    if names := dataset.meta.get("classes"):  # label i is names[i]
+        shown = ", ".join(f"{i}={c}" for i, c in enumerate(names[:10]))
+        line += f"; classes {shown}{', ...' if len(names) > 10 else ''}"
     return line
 
 
