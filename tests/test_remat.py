@@ -141,3 +141,27 @@ def test_remat_shrinks_the_compiled_gradient_step():
         assert stats["layers"][k] == stats["ssm"][k] == stats["none"][k]
     assert temp["layers"] < 0.75 * temp["none"], temp  # measured: 0.48 (4 layers)
     assert temp["ssm"] < 0.9 * temp["none"], temp  # measured: 0.74
+
+
+def test_train_with_remat_sets_the_cpu_scheduler_flag_before_jax_starts(tmp_path):
+    """`s5jax train` with model.remat adds the scheduler flag itself, while XLA can still
+    read it (the backend starts later): no warning asks the user to set it."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
+    sets = [
+        "model.remat=layers", "train.epochs=1", "data.n_train=16", "data.n_eval=8",
+        "data.seq_len=16", "model.d_model=8", "model.ssm_size=4", "model.n_layers=1",
+    ]  # fmt: skip
+    argv = ["-v", "train", "synthetic", "--workdir", str(tmp_path / "run"), "--no-progress"]
+    code = (
+        "import os, sys; from s5jax.cli import main; code = main(sys.argv[1:]); "
+        "print('XLA_FLAGS=' + os.environ.get('XLA_FLAGS', '')); sys.exit(code)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, *argv, *(a for s in sets for a in ("--set", s))],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    flag = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+    assert f"XLA_FLAGS={flag}" in run.stdout
+    assert f"model.remat = 'layers': added {flag} to XLA_FLAGS" in run.stderr
+    assert "saves little memory" not in run.stderr  # the trainer's too-late warning

@@ -105,7 +105,8 @@ class ModelConfig:
     recomputes each sequence layer in the backward pass (only layer inputs are kept), `"ssm"`
     recomputes only the SSM of each layer (its input and output are kept), `"none"` keeps every
     intermediate. (On CPU the saving needs
-    `XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false`; see benchmarks/README.md.)
+    `XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false` before JAX starts,
+    which `s5jax train` sets itself; see benchmarks/README.md.)
 
     `precision`: `"fp32"`, or `"bf16"` mixed precision (float32 parameters; bfloat16 matrix
     products with float32 accumulation and bfloat16 activations; norm statistics, Λ, Δ, the
