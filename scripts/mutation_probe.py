@@ -1229,7 +1229,7 @@ MUTATIONS = (
     M("sweep-key-in-both-tables", "train/_sweep.py", "both = sorted(set(grid) & set(rand))",
       "both = []", ("tests/test_sweep.py",),
       "a key in [grid] and [random] is searched twice, the draw overriding the grid"),
-    M("cli-remat-flag-not-set", "cli/__init__.py",
+    M("cli-remat-flag-not-set", "train/_engine.py",
       'os.environ["XLA_FLAGS"] = f"{flags} {_CPU_REMAT_FLAG}".strip()',
       'os.environ["XLA_FLAGS"] = flags', ("tests/test_remat.py",),
       "train with remat on CPU leaves XLA's scheduler undoing the rematerialisation"),

@@ -143,15 +143,19 @@ def test_remat_shrinks_the_compiled_gradient_step():
     assert temp["ssm"] < 0.9 * temp["none"], temp  # measured: 0.74
 
 
-def test_train_with_remat_sets_the_cpu_scheduler_flag_before_jax_starts(tmp_path):
-    """`s5jax train` with model.remat adds the scheduler flag itself, while XLA can still
-    read it (the backend starts later): no warning asks the user to set it."""
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_remat_sets_the_cpu_scheduler_flag_before_jax_starts(tmp_path, command):
+    """`s5jax train` (and a sweep whose trials all use remat) with model.remat adds the
+    scheduler flag itself, while XLA can still read it (the backend starts later): no
+    warning asks the user to set it."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
     sets = [
         "model.remat=layers", "train.epochs=1", "data.n_train=16", "data.n_eval=8",
         "data.seq_len=16", "model.d_model=8", "model.ssm_size=4", "model.n_layers=1",
     ]  # fmt: skip
-    argv = ["-v", "train", "synthetic", "--workdir", str(tmp_path / "run"), "--no-progress"]
+    argv = ["-v", command, "synthetic", "--workdir", str(tmp_path / "run"), "--no-progress"]
+    if command == "sweep":
+        sets.append("optim.ssm_lr=0.001,0.002")
     code = (
         "import os, sys; from s5jax.cli import main; code = main(sys.argv[1:]); "
         "print('XLA_FLAGS=' + os.environ.get('XLA_FLAGS', '')); sys.exit(code)"

@@ -540,28 +540,6 @@ def _cpu_devices(n: int) -> None:
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), flag]).strip()
 
 
-def _cpu_remat_flag(config) -> None:
-    """`model.remat` saves memory on CPU only with XLA's concurrency-optimised scheduler off
-    (it schedules the recomputation next to the forward pass: benchmarks/README.md). XLA
-    reads XLA_FLAGS once, when JAX's backend starts, which has not happened yet when the
-    config is known: add the flag then, as the trainer's warning would ask the user to (any
-    platform accepts it; only CPU compilation reads it). Too late, the trainer warns."""
-    from jax._src import xla_bridge
-
-    from ..train._engine import _CPU_REMAT_FLAG
-
-    flags = os.environ.get("XLA_FLAGS", "")
-    if config.model.remat == "none" or _CPU_REMAT_FLAG in flags:
-        return
-    if xla_bridge.backends_are_initialized():
-        return
-    os.environ["XLA_FLAGS"] = f"{flags} {_CPU_REMAT_FLAG}".strip()
-    log.info(
-        "model.remat = %r: added %s to XLA_FLAGS (XLA's CPU scheduler would undo the "
-        "rematerialisation)", config.model.remat, _CPU_REMAT_FLAG,
-    )  # fmt: skip
-
-
 def _coordinator_timed_out(message: str) -> None:
     """`--multihost` gave up waiting (called from a watchdog thread while JAX blocks)."""
     print(f"s5jax train: error: {message}", file=sys.stderr, flush=True)
@@ -574,6 +552,7 @@ def _train(args) -> int:
     from ..config import apply_overrides, load_experiment
     from ..train import train_and_evaluate
     from ..train._defaults import defaults_record
+    from ..train._engine import cpu_remat_flag
     from ..train._runs import user_data_defaults
 
     multi = (args.coordinator, args.num_processes, args.process_id)
@@ -606,7 +585,7 @@ def _train(args) -> int:
         raise ValueError("name an EXPERIMENT (see `s5jax list`) or pass --data FILE.npz")
     if args.quick:
         config = apply_overrides(config, [f"train.epochs={max(1, config.train.epochs // 10)}"])
-    _cpu_remat_flag(config)
+    cpu_remat_flag(config)
     if args.seeds is not None:
         return train_seeds(args, config, dataset, defaults)
     workdir = args.workdir or Path("runs") / config.name

@@ -553,6 +553,27 @@ def _epochs(run: _Run, ckpt: Checkpoints, logger, history, progress, out) -> Non
 _CPU_REMAT_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
+def cpu_remat_flag(config: ExperimentConfig) -> None:
+    """`model.remat` saves memory on CPU only with XLA's concurrency-optimised scheduler off
+    (it schedules the recomputation next to the forward pass: benchmarks/README.md). XLA
+    reads XLA_FLAGS once, when JAX's backend starts, which in `s5jax train` and `s5jax sweep`
+    has not happened yet when the config is known: add the flag then, as `_remat_warning`
+    would ask the user to (any platform accepts it; only CPU compilation reads it). Too late,
+    nothing is changed and the trainer warns."""
+    from jax._src import xla_bridge
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if config.model.remat == "none" or _CPU_REMAT_FLAG in flags:
+        return
+    if xla_bridge.backends_are_initialized():
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} {_CPU_REMAT_FLAG}".strip()
+    _log.info(
+        "model.remat = %r: added %s to XLA_FLAGS (XLA's CPU scheduler would undo the "
+        "rematerialisation)", config.model.remat, _CPU_REMAT_FLAG,
+    )  # fmt: skip
+
+
 def _remat_warning(config: ExperimentConfig) -> str | None:
     """On CPU, XLA's default scheduler undoes rematerialisation (benchmarks/README.md)."""
     if getattr(config.model, "remat", "none") == "none" or jax.default_backend() != "cpu":

@@ -842,7 +842,7 @@ def run_sweep(
     `s5jax train` with `CUDA_VISIBLE_DEVICES`). Every trial's config is built (and so
     checked) before anything is written.
     """
-    from ._engine import train_and_evaluate
+    from ._engine import cpu_remat_flag, train_and_evaluate
 
     out = stream or sys.stderr
     sweepdir = Path(sweepdir)
@@ -854,6 +854,8 @@ def run_sweep(
         cfg, dataset, defaults = _trial_config(space, t["values"])
         _finished(sweepdir / t["dir"], cfg)  # refuses a folder holding another config, early
         configs.append((cfg, dataset, defaults))
+    if all(c.model.remat != "none" for c, _, _ in configs):  # for trials run in this process
+        cpu_remat_flag(configs[0][0])
     head = configs[0][0].model.head
     metric = "accuracy" if head in ("classification", "retrieval") else "mse"
     select = space.metric or f"val_{metric}"
