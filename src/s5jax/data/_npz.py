@@ -447,7 +447,8 @@ def _label_names(r: _Reader, n_classes: int | None) -> list[str] | None:
             f"has shape {names.shape} and dtype {names.dtype}; give the class names as a 1-d "
             "str array, classes[i] naming label i",
         )
-    twice = sorted({c for c in names.tolist() if names.tolist().count(c) > 1})
+    found, counts = np.unique(names, return_counts=True)
+    twice = found[counts > 1].tolist()
     if twice:
         raise r.error("classes", f"names class {twice[0]!r} more than once; names must differ")
     if n_classes is not None and n_classes != len(names):
@@ -486,13 +487,13 @@ def _named_labels(r: _Reader) -> tuple[dict[str, np.ndarray], list[str]] | None:
         if y.ndim != 1:
             raise r.error(f"y_{s}", f"has shape {y.shape}; class labels must be (N,), one "
                           "name per example")  # fmt: skip
-    names = _class_order(sorted(set().union(*(np.unique(r.arrays[f"y_{s}"]).tolist()
-                                              for s in r.splits))))  # fmt: skip
+    unique = {s: np.unique(r.arrays[f"y_{s}"], return_inverse=True) for s in r.splits}
+    names = _class_order(sorted(set().union(*(found.tolist() for found, _ in unique.values()))))
     index = {c: i for i, c in enumerate(names)}
-    labels = {}
-    for s in r.splits:
-        found, inverse = np.unique(r.arrays[f"y_{s}"], return_inverse=True)
-        labels[s] = np.array([index[c] for c in found.tolist()], np.int32)[inverse.reshape(-1)]
+    labels = {
+        s: np.array([index[c] for c in found.tolist()], np.int32)[inverse.reshape(-1)]
+        for s, (found, inverse) in unique.items()
+    }
     return labels, names
 
 
@@ -546,7 +547,7 @@ def _check_labels(
     for s, y in labels.items():
         if y.max() >= n_classes:
             count, fix = (
-                (f"classes names {n_classes}", "name every class in classes")
+                (f"classes names {n_classes} classes", "name every class in classes")
                 if names
                 else (f"n_classes is {n_classes}", "raise n_classes")
             )
