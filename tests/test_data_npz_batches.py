@@ -396,7 +396,9 @@ def test_a_file_without_val_keys_gets_a_stratified_carve(tmp_path):
         idx = np.array([rows[x.tobytes()] for x in split.x])
         assert np.array_equal(split.y, arrays["y_train"][idx])
         assert np.array_equal(split.lengths, arrays["lengths_train"][idx])
-        np.testing.assert_array_equal(split.t, arrays["t_train"][idx].astype(np.float32))
+        valid = np.arange(L)[None, :] < split.lengths[:, None]  # padding times are ours
+        t = arrays["t_train"][idx].astype(np.float32)
+        np.testing.assert_array_equal(split.t[valid], t[valid])
     assert len({rows[x.tobytes()] for s in (train, val) for x in s.x}) == n
     assert data.meta["val_split"].startswith(
         "val carved from the training split of data.npz: 20 of 200, stratified by class"
@@ -575,6 +577,70 @@ def test_nan_or_inf(tmp_path, key, value):
     arrays[key] = arrays[key].copy()
     arrays[key][1, 1] = value
     _fails(tmp_path, arrays, rf"'{key}' contains NaN or Inf \(first at index \(1, 1.*pad")
+
+
+def _padded(rng, pad_value):
+    """Per-step regression with lengths and times, every padding step holding `pad_value`
+    in x, y and t; with the valid steps' arrays."""
+    arrays, valid = {}, {}
+    for s, n in SIZES.items():
+        lengths = rng.integers(1, L + 1, size=n)
+        lengths[0] = L  # one unpadded example
+        keep = np.arange(L)[None, :] < lengths[:, None]
+        x = rng.normal(size=(n, L, D)).astype(np.float32)
+        y = rng.normal(size=(n, L)).astype(np.float32)
+        t = np.cumsum(rng.uniform(0.5, 1.5, size=(n, L)), axis=1).astype(np.float32)
+        arrays |= {f"x_{s}": np.where(keep[..., None], x, pad_value),
+                   f"y_{s}": np.where(keep, y, pad_value), f"t_{s}": np.where(keep, t, pad_value),
+                   f"lengths_{s}": lengths}  # fmt: skip
+        valid[s] = (keep, x, y, t)
+    return arrays, valid
+
+
+def test_nan_padding_reads_as_zero_padding(tmp_path):
+    """NaN (or Inf) on the padding steps of a file with lengths is allowed: the loaded x and
+    y equal those of the same file padded with zeros (padding 0), the valid steps are the
+    file's; times go on after each example's last valid time in steps of the split's median
+    valid step, whatever the padding held (zeros too: a reverse scan over times padded with
+    zeros grows by exp(|Re λ|·Δ·t_last))."""
+    loaded = {}
+    for pad in (np.nan, np.inf, 0.0):
+        arrays, valid = _padded(np.random.default_rng(3), pad)
+        loaded[pad] = load_user_npz(_write(tmp_path, arrays, f"pad{pad}.npz"))
+    for s in SIZES:
+        keep, x, y, t = valid[s]
+        got = {pad: ds.splits[s] for pad, ds in loaded.items()}
+        for pad in (np.nan, np.inf):
+            np.testing.assert_array_equal(got[pad].x, got[0.0].x)
+            np.testing.assert_array_equal(got[pad].y, got[0.0].y)
+            np.testing.assert_array_equal(got[pad].t, got[0.0].t)
+        np.testing.assert_array_equal(got[0.0].x[keep], x[keep])
+        np.testing.assert_array_equal(got[0.0].y[..., 0][keep], y[keep])
+        assert np.all(got[0.0].x[~keep] == 0) and np.all(got[0.0].y[~keep] == 0)
+        np.testing.assert_array_equal(got[0.0].t[keep], t[keep])
+        step = np.median(np.diff(t, axis=1)[keep[:, 1:]])
+        gaps = np.diff(got[0.0].t.astype(np.float64), axis=1)[~keep[:, 1:]]
+        np.testing.assert_allclose(gaps, step, rtol=1e-4)
+
+
+def test_nan_on_valid_steps_or_unmarked_padding_is_refused(tmp_path):
+    arrays, _ = _padded(np.random.default_rng(4), np.nan)
+    lengths = arrays["lengths_train"]
+    mid = dict(arrays, x_train=arrays["x_train"].copy())
+    mid["x_train"][2, lengths[2] - 1, 1] = np.nan  # the last valid step
+    _fails(tmp_path, mid, rf"'x_train' contains NaN or Inf \(first at index \(2, {lengths[2] - 1}, "
+           rf"1\), a valid step of its {lengths[2]}\); replace them")  # fmt: skip
+    bare = {k: v for k, v in arrays.items() if not k.startswith("lengths_")}
+    first = int(np.argmax(lengths != L))
+    _fails(tmp_path, bare, rf"'x_train' contains NaN or Inf \(first at index \({first}, "
+           rf"{lengths[first]}, 0\)\); they end the sequences, as padding does: give "
+           r"lengths_train, each example's valid steps \(lengths_train = "
+           r"np\.isfinite\(x_train\)\.all\(axis=2\)\.sum\(axis=1\)\)")  # fmt: skip
+    formula = np.isfinite(arrays["x_train"]).all(axis=2).sum(axis=1)
+    np.testing.assert_array_equal(formula, lengths)  # the formula the message gives
+    bare |= {f"x_{s}": np.nan_to_num(bare[f"x_{s}"]) for s in SIZES}
+    _fails(tmp_path, bare, r"'y_train' contains NaN.*give lengths_train.*"
+           r"np\.isfinite\(y_train\)\.sum\(axis=1\)")  # fmt: skip
 
 
 @pytest.mark.parametrize("bad", [0, L + 1])

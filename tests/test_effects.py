@@ -16,17 +16,27 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from s5jax.cli import main
-from s5jax.config import apply_overrides, load_experiment
+from s5jax.config import ModelConfig, apply_overrides, load_experiment
 from s5jax.core import step_multipliers
 from s5jax.data import Split
-from s5jax.nn import S5SSM, accuracy, gaussian_nll, mse, nll_loss, parameter_roles, pool
+from s5jax.nn import (
+    S5SSM,
+    accuracy,
+    build_model,
+    gaussian_nll,
+    mse,
+    nll_loss,
+    parameter_roles,
+    pool,
+)
 from s5jax.train import evaluate_run, get_lr_scale, load_run, read_metrics
 from s5jax.train._datasets import synthetic_dataset
 from s5jax.train._engine import _host_batch, _Run, train_and_evaluate
-from s5jax.train._steps import per_example_loss
+from s5jax.train._steps import make_steps, per_example_loss
 
 
 def _cfg(*overrides):
@@ -157,6 +167,61 @@ def test_step_losses_equal_the_heads_losses():
     losses, hits = jax.vmap(lambda o, t: per_example_loss("classification", o, t))(logp, labels)
     assert float(losses.mean()) == pytest.approx(float(nll_loss(logp, labels)), rel=1e-6)
     assert float(hits.mean()) == pytest.approx(float(accuracy(logp, labels)))
+
+
+def test_per_step_losses_average_only_the_valid_steps():
+    """A padded example's per-step loss and metric (each head) = those of the example cut to
+    its length; without a length every step counts."""
+    rng = np.random.default_rng(4)
+    L, n = 12, 7
+    logp = jax.nn.log_softmax(jnp.asarray(rng.normal(size=(L, 4)), jnp.float32))
+    labels = jnp.asarray(rng.integers(0, 4, L))
+    out = jnp.asarray(rng.normal(size=(L, 3)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=(L, 3)), jnp.float32)
+    var = jnp.asarray(rng.uniform(0.1, 2.0, (L, 3)), jnp.float32)
+    for kind, o, t in (("classification", logp, labels), ("regression", out, y),
+                       ("gaussian", (out, var), y)):  # fmt: skip
+        cut = jax.tree.map(lambda a: a[:n], (o, t))
+        got = per_example_loss(kind, o, t, jnp.asarray(n))
+        want = per_example_loss(kind, *cut)
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=kind)
+        np.testing.assert_allclose(
+            per_example_loss(kind, o, t, jnp.asarray(L)), per_example_loss(kind, o, t), rtol=1e-6
+        )
+        assert not np.allclose(per_example_loss(kind, o, t)[0], want[0], rtol=1e-3), kind
+
+
+@pytest.mark.parametrize("members", [1, 2])
+def test_padding_targets_do_not_move_a_training_step(members):
+    """Per-step regression of padded sequences: one SGD step (single model and ensemble) gives
+    the same parameters whether the padding's targets are 0 or 100; a batch without
+    `lengths` (every step a target) is moved by them."""
+    cfg = ModelConfig(n_layers=2, d_model=8, ssm_size=8, blocks=2, pooling="none",
+                      head="regression", norm="layer", members=members)  # fmt: skip
+    model, state = build_model(cfg, d_input=2, n_outputs=1, key=jax.random.PRNGKey(0))
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    opt = optax.sgd(0.1)
+    steps = make_steps(static, opt, "regression", members=members)
+    rng = np.random.default_rng(5)
+    lengths = np.array([12, 3, 8, 5])
+    valid = np.arange(12)[None, :, None] < lengths[:, None, None]
+    x = jnp.asarray(rng.normal(size=(4, 12, 2)), jnp.float32)
+    y = rng.normal(size=(4, 12, 1)).astype(np.float32)
+
+    def stepped(pad, with_lengths=True):
+        batch = {"x": x, "y": jnp.asarray(np.where(valid, y, pad)), "mask": jnp.ones(4, bool)}
+        if with_lengths:
+            batch["lengths"] = jnp.asarray(lengths, jnp.int32)
+        p, _, _, stats = steps.train(jax.tree.map(jnp.copy, params), state,
+                                     opt.init(params), batch, jax.random.PRNGKey(1))  # fmt: skip
+        return jax.tree_util.tree_leaves(p), float(stats["loss"])
+
+    (a, loss_a), (b, loss_b) = stepped(0.0), stepped(100.0)
+    assert loss_a == pytest.approx(loss_b, rel=1e-6)
+    for u, v in zip(a, b, strict=True):
+        np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
+    _, loss_all = stepped(100.0, with_lengths=False)
+    assert loss_all > 100 * loss_a
 
 
 # --- a trained synthetic run shared by the evaluation tests --------------------------------------

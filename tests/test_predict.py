@@ -217,6 +217,44 @@ def test_regression_predictions_have_the_targets_shape(tmp_path, capsys, shape, 
         assert np.load(out)["pred"].shape == (3, 7, *shape[1:])
 
 
+def test_per_step_figures_read_only_the_valid_steps(tmp_path, capsys):
+    """Per-step targets of padded sequences: the mse of predict and eval is the mean over
+    examples of each one's mean square error over its valid steps (numpy, from `pred`), and
+    the padding (targets of 0, 100 or NaN, inputs of 0 or NaN) changes nothing. Padding
+    targets entered the loss and the figures before (a run fitted its padding)."""
+    rng = np.random.default_rng(7)
+    arrays = features(rng, lengths=True)
+    for s in ("train", "val", "test"):
+        arrays[f"y_{s}"] = rng.standard_normal(arrays[f"x_{s}"].shape[:2]).astype(np.float32)
+    x, y, n = arrays["x_test"], arrays["y_test"], arrays["lengths_test"]
+    valid = np.arange(y.shape[1])[None, :] < n[:, None]
+    figures, preds = [], []
+    for name, x_pad, y_pad in (("zero", 0.0, 0.0), ("hundred", 0.0, 100.0),
+                               ("nan", np.nan, np.nan)):  # fmt: skip
+        padded = {**arrays, "x_test": np.where(valid[..., None], x, x_pad).astype(np.float32),
+                  "y_test": np.where(valid, y, y_pad).astype(np.float32)}  # fmt: skip
+        run_dir, path = make_run(tmp_path, padded, name=name)
+        out = tmp_path / f"{name}.pred.npz"
+        assert main(["predict", str(run_dir), "--data", str(path), "--out", str(out),
+                     "--no-progress"]) == 0  # fmt: skip
+        line = json.loads(capsys.readouterr().out)
+        pred = np.load(out)["pred"]
+        assert np.isfinite(pred).all()  # NaN inputs on the padding read as zeros
+        per_example = np.sum(np.where(valid, (pred - y) ** 2, 0), axis=1) / n
+        assert line["mse"] == pytest.approx(float(np.mean(per_example)), rel=1e-5)
+        figures.append((line["mse"], evaluate_run(run_dir)["mse"]))
+        preds.append(pred)
+        if name == "nan":  # a new file (x, y, lengths): read by predict's own reader
+            new = tmp_path / "new.npz"
+            np.savez(new, x=padded["x_test"], y=padded["y_test"], lengths=n)
+            got = predict_run(run_dir, out, data=new, progress=False)
+            assert got["mse"] == pytest.approx(line["mse"], rel=1e-6)
+    assert figures[0][0] == pytest.approx(figures[0][1], rel=1e-5)  # predict = eval
+    for other, pred in zip(figures[1:], preds[1:], strict=True):
+        assert other == pytest.approx(figures[0], rel=1e-6)
+        np.testing.assert_allclose(pred[valid], preds[0][valid], rtol=1e-6, atol=1e-7)
+
+
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     """One small classification run (3 features, 3 classes, L = 10) shared by a module."""

@@ -28,8 +28,11 @@ by name. Names stored as labels are numbered in sorted order (numeric order when
 is a number), over the names of all splits.
 
 L and D must be the same in every split; N may differ. Inputs, targets and times must be
-finite everywhere, padding included (pad with zeros). Per-step targets are stored as
-(N, L, K) (K = 1 for (N, L)). For example, 4-class classification of 3-feature sequences:
+finite on every valid step. With `lengths_{split}`, the padding steps (`k >= lengths[i]`) may
+hold anything, NaN included: inputs and per-step targets read as 0 there (no figure reads a
+padding target), and times go on from each example's last valid time in steps of the
+split's median valid step. Per-step targets are stored as (N, L, K) (K = 1 for (N, L)).
+For example, 4-class classification of 3-feature sequences:
 
 ```python
 import numpy as np
@@ -168,6 +171,10 @@ class _Reader:
             )
         return arr
 
+    def name(self, key: str) -> str:
+        """The file's own name of `key` (itself here; renamed keys in a predict file)."""
+        return key
+
     def error(self, key: str, message: str) -> DatasetError:
         return DatasetError(f"{self.path}: key {key!r} {message}")
 
@@ -199,14 +206,54 @@ def _as_text(r, key: str, arr: np.ndarray) -> np.ndarray:
     return arr
 
 
-def _check_finite(r: _Reader, key: str, arr: np.ndarray) -> None:
-    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-        bad = np.argwhere(~np.isfinite(arr))[0]
-        raise r.error(
-            key,
-            f"contains NaN or Inf (first at index {tuple(int(i) for i in bad)}); replace them "
-            "(pad with zeros, impute or drop the example)",
-        )
+def _padding(lengths: np.ndarray, L: int, ndim: int) -> np.ndarray:
+    """The padding steps (`k >= lengths[i]`) as a boolean mask broadcasting against an
+    (N, L, ...) array of rank `ndim`."""
+    pad = np.arange(L)[None, :] >= np.asarray(lengths)[:, None]
+    return pad.reshape(pad.shape + (1,) * (ndim - 2))
+
+
+def _lengths_formula(key: str, ndim: int) -> str:
+    """Python that computes the valid lengths of `key`'s rows from its trailing NaN."""
+    finite = f"np.isfinite({key})" + (".all(axis=2)" if ndim == 3 else "")
+    return f"{finite}.sum(axis=1)"
+
+
+def _check_finite(
+    r: _Reader, key: str, arr: np.ndarray, lengths: np.ndarray | None = None, steps=False
+) -> np.ndarray:
+    """`arr` when it is finite; else a one-line error naming the first NaN or Inf.
+
+    `steps`: `arr` is (N, L, ...), one row per step. Then with the split's `lengths`, NaN
+    or Inf on padding steps (`k >= lengths[i]`, a common way to pad) are allowed and read as
+    0 (the returned copy): padding that no figure reads. Without `lengths`, non-finite values
+    that end every row (padding after each sequence's end) get the fix in the error: the
+    lengths key, computed from them.
+    """
+    if arr.dtype.kind != "f":
+        return arr
+    bad = ~np.isfinite(arr)
+    if not bad.any():
+        return arr
+    if steps and lengths is not None:
+        pad = _padding(lengths, arr.shape[1], arr.ndim)
+        if not (bad & ~pad).any():
+            return np.where(bad, np.zeros((), arr.dtype), arr)
+        bad &= ~pad
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    where = "" if lengths is None else f", a valid step of its {int(lengths[first[0]])}"
+    fix = "replace them (pad with zeros, impute or drop the example)"
+    if steps and lengths is None and arr.ndim >= 2:
+        bad_step = bad.reshape(*bad.shape[:2], -1).any(axis=2)
+        ends = np.diff(bad_step.astype(np.int8), axis=1) >= 0  # once bad, bad to the end
+        if not bad_step[:, 0].any() and ends.all():
+            name, length_key = r.name(key), r.name(key.replace(key.split("_")[0], "lengths", 1))
+            fix = (
+                f"they end the sequences, as padding does: give {length_key}, each example's "
+                f"valid steps ({length_key} = {_lengths_formula(name, arr.ndim)}): NaN and Inf "
+                "on the padding are then allowed"
+            )
+    raise r.error(key, f"contains NaN or Inf (first at index {first}{where}); {fix}")
 
 
 def _scalar(r: _Reader, key: str, kind: str) -> Any:
@@ -293,15 +340,12 @@ def _check_inputs(r: _Reader) -> tuple[bool, int, int | None]:
                 f"has D = {x.shape[2]} features per step but x_train has D = {ref_d}; every "
                 "split needs the same features",
             )
-        if tokens:
-            if x.min() < 0:
-                raise r.error(
-                    key,
-                    f"has negative token id {int(x.min())}; tokens must be ids 0 .. vocab_size-1 "
-                    "(map your vocabulary to non-negative integers)",
-                )
-        else:
-            _check_finite(r, key, x)
+        if tokens and x.min() < 0:
+            raise r.error(
+                key,
+                f"has negative token id {int(x.min())}; tokens must be ids 0 .. vocab_size-1 "
+                "(map your vocabulary to non-negative integers)",
+            )
     return tokens, ref_l, ref_d
 
 
@@ -348,6 +392,12 @@ def _check_lengths(r: _Reader, s: str, L: int) -> np.ndarray | None:
 
 
 def _check_times(r: _Reader, s: str, L: int, lengths: np.ndarray | None) -> np.ndarray | None:
+    """The split's observation times, checked: finite and strictly increasing over the valid
+    steps. With `lengths`, the padding's times (whatever the file holds there, NaN included)
+    are replaced by times that go on from each example's last valid time in steps of the
+    split's median valid step, as a `.ts` file's padding is: a bidirectional layer's reverse
+    scan runs over the padding, and times padded with zeros (a step of −t_last) made its
+    state grow by exp(|Re λ|·Δ·t_last), to inf on long series."""
     key = f"t_{s}"
     if key not in r.arrays:
         return None
@@ -358,12 +408,12 @@ def _check_times(r: _Reader, s: str, L: int, lengths: np.ndarray | None) -> np.n
             key,
             f"has shape {t.shape}; observation times must be (N, L) = {(n, L)}, one time per step",
         )
-    t = t.astype(np.float32)
-    _check_finite(r, key, t)
+    t = _check_finite(r, key, t.astype(np.float32), lengths, steps=True)
     dt = np.diff(t, axis=1)
     bad = dt <= 0
     if lengths is not None:
-        bad &= np.arange(1, L)[None, :] < lengths[:, None]
+        valid_steps = np.arange(1, L)[None, :] < lengths[:, None]
+        bad &= valid_steps
     if bad.any():
         i, j = (int(v) for v in np.argwhere(bad)[0])
         raise r.error(
@@ -372,6 +422,11 @@ def _check_times(r: _Reader, s: str, L: int, lengths: np.ndarray | None) -> np.n
             f"t[{j + 1}] = {t[i, j + 1]} (as float32); times must strictly increase over the "
             "valid steps (sort each sequence by time and drop duplicate times)",
         )
+    if lengths is not None and (lengths < L).any():
+        step = float(np.median(dt[valid_steps])) if valid_steps.any() else 1.0
+        last = t[np.arange(n), lengths - 1].astype(np.float64)
+        after = np.arange(L)[None, :] - (lengths[:, None] - 1)  # 1, 2, ... on the padding
+        t = np.where(after > 0, last[:, None] + step * after, t).astype(np.float32)
     return t
 
 
@@ -604,9 +659,12 @@ def _check_classes(
     return labels
 
 
-def _check_targets(r: _Reader, L: int) -> tuple[dict[str, np.ndarray], bool, int, bool]:
+def _check_targets(
+    r: _Reader, L: int, lengths: dict[str, np.ndarray | None]
+) -> tuple[dict[str, np.ndarray], bool, int, bool]:
     """Float targets of every split, whether they are per step, their width K, and whether
-    the file gave one scalar per step ((N, L), stored here as (N, L, 1))."""
+    the file gave one scalar per step ((N, L), stored here as (N, L, 1)). Per-step targets
+    may be NaN on the padding steps of a split with lengths (read as 0, never a target)."""
     per_step_key = _scalar(r, "per_step", "bool")
     targets = {}
     shapes = set()
@@ -631,8 +689,7 @@ def _check_targets(r: _Reader, L: int) -> tuple[dict[str, np.ndarray], bool, int
                 f"has shape {y.shape} but per-step targets need y.shape[1] == L = {L}; "
                 "give one target per step (or set per_step=False for (N, K) targets)",
             )
-        y = y.astype(np.float32)
-        _check_finite(r, key, y)
+        y = _check_finite(r, key, y.astype(np.float32), lengths[s], steps=step)
         scalar_steps = step and y.ndim == 2
         if scalar_steps:
             y = y[:, :, None]
@@ -681,6 +738,10 @@ def load_user_npz(
     tokens, L, D = _check_inputs(r)
     for s in r.splits:
         _check_rows(r, s)
+    lengths = {s: _check_lengths(r, s, L) for s in r.splits}
+    if not tokens:  # NaN padding (beyond lengths) reads as zeros
+        for s in r.splits:
+            r.arrays[f"x_{s}"] = _check_finite(r, f"x_{s}", r.arrays[f"x_{s}"], lengths[s], True)
 
     n_classes_key = _scalar(r, "n_classes", "int")
     vocab_key = _scalar(r, "vocab_size", "int")
@@ -711,7 +772,7 @@ def load_user_npz(
     else:
         if "classes" in r.arrays:
             raise r.error("classes", "is given but the task is regression; drop classes")
-        ys, per_step, target_dim, scalar_steps = _check_targets(r, L)
+        ys, per_step, target_dim, scalar_steps = _check_targets(r, L, lengths)
         n_classes = 0
         meta.update(per_step=per_step, target_dim=target_dim)
         if scalar_steps:  # predictions of shape (N, L), as the file gave the targets
@@ -722,9 +783,8 @@ def load_user_npz(
     for s in r.splits:
         x = r.arrays[f"x_{s}"]
         x = x.astype(np.int32) if tokens else x.astype(np.float32)
-        lengths = _check_lengths(r, s, L)
-        t = _check_times(r, s, L, lengths)
-        splits[s] = Split(x=x, y=ys[s], lengths=lengths, t=t)
+        t = _check_times(r, s, L, lengths[s])
+        splits[s] = Split(x=x, y=ys[s], lengths=lengths[s], t=t)
     if "val" not in r.splits:
         splits = _carve_val(splits, task, val_fraction, val_seed, path, meta)
     return PreparedDataset(

@@ -28,7 +28,7 @@ from .._atomic import atomic_open
 from ..data import DatasetError, PreparedDataset, Split
 from ..data._batches import iterate_batches, num_batches
 from ..data._normalize import EPS, apply_normalization, normalize_inputs
-from ..data._npz import _check_finite, _check_lengths, _check_times, _Reader
+from ..data._npz import _check_finite, _check_lengths, _check_times, _padding, _Reader
 from ._data_spec import SPEC_ONLY
 from ._engine import _host_batch, _model_inputs, _Run
 from ._progress import Progress
@@ -174,8 +174,12 @@ def _raise(e: Exception):
     raise e
 
 
-def _check_targets(y: np.ndarray, out_shape, expect: _Expect, error) -> np.ndarray:
-    """y against the model's output: labels 0 .. C−1, or targets of the output's shape."""
+def _check_targets(
+    y: np.ndarray, out_shape, expect: _Expect, error, lengths: np.ndarray | None = None
+) -> np.ndarray:
+    """y against the model's output: labels 0 .. C−1, or targets of the output's shape
+    (per-step targets may be NaN on the padding steps when `lengths` are given: read as 0,
+    never a target, as in training)."""
     n = len(y)
     if expect.head in ("classification", "retrieval"):
         if y.dtype.kind == "U":
@@ -225,8 +229,13 @@ def _check_targets(y: np.ndarray, out_shape, expect: _Expect, error) -> np.ndarr
             "(one row per example)",
         )
     y = y.astype(np.float32)
-    if not np.isfinite(y).all():
-        raise error("y", "contains NaN or Inf; drop those examples or their targets")
+    bad = ~np.isfinite(y)
+    if lengths is not None and y.ndim >= 3 and expect.pooling == "none":  # per step
+        bad &= ~_padding(lengths, y.shape[1], y.ndim)
+        y = np.where(np.isfinite(y), y, np.float32(0))
+    if bad.any():
+        where = " at a valid step" if lengths is not None and expect.pooling == "none" else ""
+        raise error("y", f"contains NaN or Inf{where}; drop those examples or their targets")
     return y
 
 
@@ -237,6 +246,9 @@ class _SplitView:
     def __init__(self, r: _Reader, names: dict[str, str]):
         self.path, self._names = r.path, names
         self.arrays = {f"{f}_s": r.arrays[k] for f, k in names.items() if k in r.arrays}
+
+    def name(self, key: str) -> str:
+        return self._names.get(key.rsplit("_", 1)[0], key)
 
     def error(self, key: str, message: str) -> DatasetError:
         field = key.rsplit("_", 1)[0]
@@ -274,9 +286,9 @@ def _read_npz(path: Path, split: str, expect: _Expect) -> tuple[str | None, dict
                         "one row per example, in the same order")  # fmt: skip
     if expect.head == "retrieval":
         raise DatasetError(f"{path}: the retrieval model predicts from a prepared dataset only")
-    if not expect.tokens:
-        _check_finite(view, "x_s", x)
     lengths = _check_lengths(view, "s", L)
+    if not expect.tokens:  # NaN padding (beyond lengths) reads as zeros, as in training
+        x = _check_finite(view, "x_s", x, lengths, steps=True)
     t = _check_times(view, "s", L, lengths)
     y = view.arrays.get("y_s")
     return where, {"x": x, "y": y, "lengths": lengths, "t": t}
@@ -442,7 +454,11 @@ def _streamed(static, pooling: str):
     return jax.jit(forward)
 
 
-def _losses(head: str):
+def _losses(head: str, padded: bool):
+    """Per-example (loss, metric), jitted; `padded`: called with each example's length too
+    (per-step losses then average over the valid steps, as in training)."""
+    if padded:
+        return jax.jit(jax.vmap(lambda o, y, n: per_example_loss(head, o, y, n)))
     return jax.jit(jax.vmap(lambda o, y: per_example_loss(head, o, y)))
 
 
@@ -568,7 +584,8 @@ def predict_run(
     has_targets = arrays["y"] is not None
     if has_targets:
         error = _error_for(source if where is None else f"{source}, split {where!r}")
-        arrays["y"] = _check_targets(np.asarray(arrays["y"]), shapes, expect, error)
+        y = np.asarray(arrays["y"])
+        arrays["y"] = _check_targets(y, shapes, expect, error, arrays["lengths"])
     else:
         arrays["y"] = np.zeros(len(x), np.int32)  # a placeholder the batches carry
     if expect.pooling == "masked_mean" and arrays["lengths"] is None:
@@ -579,7 +596,7 @@ def predict_run(
     run.parallel.check_batch_size(size, "--batch-size")
 
     forward = _streamed(run.static, expect.pooling) if stream else _offline(run.static)
-    losses = _losses(run.head)
+    losses = _losses(run.head, arrays["lengths"] is not None)
     split_obj = Split(**arrays)
     bar = (
         Progress(num_batches(len(x), size), "predict", messages or sys.stderr, unit="batch")
@@ -595,7 +612,8 @@ def predict_run(
         mask = batch["mask"]
         parts.append(jax.tree.map(lambda o, m=mask: np.asarray(o)[m], outputs))
         if has_targets:
-            loss, metric = losses(outputs, host["y"])
+            valid = (host["lengths"],) if "lengths" in host else ()
+            loss, metric = losses(outputs, host["y"], *valid)
             sums["loss"] += float(np.sum(np.asarray(loss, np.float64)[mask]))
             sums["metric"] += float(np.sum(np.asarray(metric, np.float64)[mask]))
         if bar is not None:

@@ -27,8 +27,21 @@ __all__ = ["Steps", "make_steps", "per_example_loss"]
 VARIANCE_FLOOR = 1e-6
 
 
-def per_example_loss(kind: str, output, y):
+def _step_mean(values, length):
+    """The mean of per-step `values` (L,) over the valid steps `0 .. length − 1` (all steps
+    when `length` is None): a padded sequence's padding is not a target."""
+    if length is None:
+        return jnp.mean(values)
+    valid = (jnp.arange(values.shape[0]) < length).astype(values.dtype)
+    return jnp.sum(values * valid) / jnp.maximum(jnp.sum(valid), 1)
+
+
+def per_example_loss(kind: str, output, y, length=None):
     """Loss and metric of one example for the model's head `kind`.
+
+    Per-step outputs (a time axis first) are averaged over the example's valid steps when
+    its `length` is given (a padded sequence: the padding steps' targets are not read), else
+    over all steps.
 
     **Returns:** `(loss, metric)`: NLL and correctness (classification, retrieval); squared
     error and squared error (regression); Gaussian NLL averaged over time and the MSE of the
@@ -38,16 +51,22 @@ def per_example_loss(kind: str, output, y):
         if output.ndim == 2:  # per-step classification: average over time
             nll = -jnp.take_along_axis(output, y[:, None], axis=-1)[:, 0]
             correct = (jnp.argmax(output, -1) == y).astype(output.dtype)
-            return jnp.mean(nll), jnp.mean(correct)
+            return _step_mean(nll, length), _step_mean(correct, length)
         return -output[y], (jnp.argmax(output) == y).astype(output.dtype)
     if kind == "regression":
-        err = jnp.mean((output - y) ** 2)
+        if output.ndim == 2:  # per step: (L, K)
+            err = _step_mean(jnp.mean((output - y) ** 2, axis=-1), length)
+        else:
+            err = jnp.mean((output - y) ** 2)
         return err, err
     if kind == "gaussian":
         mean, var = output
         var = jnp.maximum(var, VARIANCE_FLOOR)
-        nll = 0.5 * (jnp.log(2 * jnp.pi * var) + (y - mean) ** 2 / var)
-        return jnp.mean(jnp.sum(nll, axis=-1)), jnp.mean((mean - y) ** 2)
+        nll = jnp.sum(0.5 * (jnp.log(2 * jnp.pi * var) + (y - mean) ** 2 / var), axis=-1)
+        sq = jnp.mean((mean - y) ** 2, axis=-1)
+        if mean.ndim == 2:  # per step: (L, K)
+            return _step_mean(nll, length), _step_mean(sq, length)
+        return nll, sq
     raise ValueError(f"unknown head kind {kind!r}")
 
 
@@ -143,18 +162,26 @@ def make_steps(static, optimizer, head_kind: str, members: int = 1) -> Steps:
             in_axes=(0, 0, None if lengths is None else 0, None if dt is None else 0),
             out_axes=(0, None),
         )(batch["x"], keys, lengths, dt)
+        # Per-step losses average over each example's valid steps (`per_example_loss`).
+        len_axis = None if lengths is None else 0
+
+        def losses_of(outputs):
+            return jax.vmap(
+                lambda o, y, n: per_example_loss(head_kind, o, y, n), in_axes=(0, 0, len_axis)
+            )(outputs, batch["y"], lengths)
+
         if members > 1 and not inference:  # outputs (B, K, ...): each member's own loss
             member_losses = jax.vmap(
-                jax.vmap(lambda o, y: per_example_loss(head_kind, o, y)[0], in_axes=(0, None))
-            )(outputs, batch["y"])
+                jax.vmap(
+                    lambda o, y, n: per_example_loss(head_kind, o, y, n)[0],
+                    in_axes=(0, None, None),
+                ),
+                in_axes=(0, 0, len_axis),
+            )(outputs, batch["y"], lengths)
             outputs = jax.vmap(lambda o: combine_members(head_kind, o))(outputs)
-            _, metrics = jax.vmap(lambda o, y: per_example_loss(head_kind, o, y))(
-                outputs, batch["y"]
-            )
+            _, metrics = losses_of(outputs)
             return jnp.mean(member_losses, axis=1), metrics, new_state
-        losses, metrics = jax.vmap(lambda o, y: per_example_loss(head_kind, o, y))(
-            outputs, batch["y"]
-        )
+        losses, metrics = losses_of(outputs)
         return losses, metrics, new_state
 
     def loss_fn(params, state, batch, key):
