@@ -29,10 +29,10 @@ is a number), over the names of all splits.
 
 L and D must be the same in every split; N may differ. Inputs, targets and times must be
 finite on every valid step. With `lengths_{split}`, the padding steps (`k >= lengths[i]`) may
-hold anything, NaN included: inputs and per-step targets read as 0 there (no figure reads a
-padding target), and times go on from each example's last valid time in steps of the
-split's median valid step. Per-step targets are stored as (N, L, K) (K = 1 for (N, L)).
-For example, 4-class classification of 3-feature sequences:
+hold anything: NaN and Inf in inputs and per-step targets read as 0 there (no figure reads
+a padding target), and the padding's times are replaced by times that go on from each
+example's last valid time in steps of the split's median valid step. Per-step targets are
+stored as (N, L, K) (K = 1 for (N, L)). For example, 4-class classification of 3-feature sequences:
 
 ```python
 import numpy as np
