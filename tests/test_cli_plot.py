@@ -2,13 +2,14 @@
 
 import json
 
+import numpy as np
 import pytest
 from PIL import Image
 
 from s5jax.cli import main
 from s5jax.config import dump_json, load_experiment
 from s5jax.train import MetricsLogger
-from s5jax.train._plots import COMPARISON_SIZE
+from s5jax.train._plots import COMPARISON_SIZE, comparison_figure, curves_figure
 
 
 def _run_dir(path, n_epochs, best_epoch):
@@ -187,3 +188,29 @@ def test_plot_help_has_an_example(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "s5jax plot runs/" in out and "--metric NAME" in out
+
+
+@pytest.mark.parametrize(
+    "lo, hi", [(3.1e-3, 3.8e-3), (0.97, 2.05), (1e-3, 0.5), (1e-6, 1.0)],
+    ids=["a pendulum's val mse", "a factor of 2", "2.7 decades", "6 decades"],
+)  # fmt: skip
+def test_log_axes_label_several_plain_ticks_and_epochs_are_whole(lo, hi):
+    """A positive loss of any span gets at least three labelled ticks within the axis, as
+    plain numbers (0.0035, not mathtext powers), and no more than ten; the epoch axis has
+    whole numbers only (matplotlib's own: one or no label under a decade, 1.25 epochs)."""
+    records = [{"kind": "epoch", "epoch": e, "val_mse": float(v)}
+               for e, v in enumerate(np.geomspace(hi, lo, 4), start=1)]  # fmt: skip
+    for figure in (comparison_figure({"a": records}, "val_mse"),
+                   curves_figure(records, metrics=("mse",))):  # fmt: skip
+        figure.canvas.draw()
+        ax = figure.axes[0]
+        assert ax.get_yscale() == "log"
+        y0, y1 = ax.get_ylim()
+        shown = [(loc, t.get_text()) for loc, t in zip(ax.get_yticks(), ax.get_yticklabels(),
+                                                      strict=True) if y0 <= loc <= y1]  # fmt: skip
+        labels = [(loc, text) for loc, text in shown if text]
+        assert 3 <= len(labels) <= 10, labels
+        for loc, text in labels:
+            assert float(text) == pytest.approx(loc, rel=1e-6), text
+        x0, x1 = ax.get_xlim()
+        assert all(float(x).is_integer() for x in ax.get_xticks() if x0 <= x <= x1)

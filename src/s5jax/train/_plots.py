@@ -25,8 +25,10 @@ from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from .._atomic import atomic_open
 from ..config import PaperResult, load_experiment
@@ -103,6 +105,23 @@ def log_scale_for(metric: str, values: Sequence[float]) -> bool:
     return "accuracy" not in metric and finite.size > 0 and bool(np.all(finite > 0))
 
 
+def plain_log_ticks(axis: Axis, values: Sequence[float]) -> None:
+    """Ticks of a log `axis` that stay readable over any span of `values`, labelled plainly
+    (0.002, 1e-05): matplotlib's own leave a span of under a decade with one or no label
+    (a pendulum's val mse from 3.1e-3 to 3.8e-3) and label every minor tick of a span of
+    two, overlapping. Under a decade: about six evenly spaced values; up to three decades:
+    1, 2 and 5 of each; beyond: one per decade."""
+    finite = np.asarray(values, float)
+    finite = finite[np.isfinite(finite) & (finite > 0)]
+    span = finite.max() / finite.min() if finite.size else np.inf
+    if span < 10:
+        axis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+    else:
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if span <= 1e3 else (1.0,)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _best_marker(ax: Axes, best_epoch: int | None, xs: np.ndarray, ys: np.ndarray) -> None:
     """The best-validation epoch: a dotted vertical line and a star on the curve."""
     if best_epoch is None:
@@ -139,6 +158,8 @@ def _draw_panel(
         _best_marker(ax, best_epoch, *series["val"])
     if log_scale_for(metric, values):
         ax.set_yscale("log")
+        plain_log_ticks(ax.yaxis, values)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs and steps are whole
     ax.set_title(metric, loc="left")
     ax.set_xlabel(x)
     ax.grid(True, which="major", color="0.9")
@@ -278,6 +299,8 @@ def comparison_figure(
         values.append(ref[1])
     if log_scale_for(metric, values):
         ax.set_yscale("log")
+        plain_log_ticks(ax.yaxis, values)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs and steps are whole
     ax.set_xlabel(x)
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} (stars: best val epochs)" if best_epochs else metric, loc="left")

@@ -1039,9 +1039,8 @@ def plot_sweep(summary: dict[str, Any], path: Path) -> None:
     """One panel per searched key: each trial's best val against the key's value."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    from ._plots import DPI, PANEL_SIZE, SPLIT_COLORS, _save_atomic, log_scale_for
+    from ._plots import DPI, PANEL_SIZE, SPLIT_COLORS, _save_atomic, log_scale_for, plain_log_ticks
 
     keys = _searched(summary)
     rows = [r for r in summary["trials"] if r["best_val"] is not None]
@@ -1058,13 +1057,7 @@ def plot_sweep(summary: dict[str, Any], path: Path) -> None:
             pos = [float(x) for x in xs]
             if min(pos) > 0 and max(pos) / min(pos) >= 10:
                 ax.set_xscale("log")
-                # ticks at 1, 2 and 5 of each decade of a short span (one per decade of a
-                # long one), labelled plainly (0.002): matplotlib's own labels every minor
-                # tick of a short span, and they overlap
-                short = max(pos) / min(pos) <= 1e3
-                ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if short else (1.0,)))
-                ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-                ax.xaxis.set_minor_formatter(NullFormatter())
+                plain_log_ticks(ax.xaxis, pos)
         else:
             labels = sorted({str(x) for x in xs})
             pos = [labels.index(str(x)) for x in xs]
