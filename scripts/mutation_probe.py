@@ -65,6 +65,7 @@ RUN_DIRS = "tests/test_run_dirs.py"
 NPZ = "tests/test_data_npz_batches.py"
 LOGGING = "tests/test_train_logging.py"
 PENDULUM = "tests/test_data_pendulum.py"
+TARGETS = "tests/test_target_scaling.py"
 MUTATIONS = (
     # --- core: the paper's math ----------------------------------------------------------
     M("zoh-gamma-sign", "core/_discretize.py", "(Lambda_bar - 1) / Lambda",
@@ -189,6 +190,28 @@ MUTATIONS = (
       'axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))', "pass",
       ("tests/test_cli_plot.py::test_log_axes_label_several_plain_ticks_and_epochs_are_whole",),
       "log ticks labelled by matplotlib's own formatter"),
+    M("target-affine-dropped", "nn/_heads.py",
+      "return _per_output(self.offset, out) + _per_output(self.scale, out) * out",
+      "return out",
+      (f"{TARGETS}::test_the_head_maps_standardised_outputs_to_the_targets_units",
+       f"{TARGETS}::test_an_affine_change_of_the_targets_changes_only_the_units"),
+      "the regression head ignores the targets' mean and std"),
+    M("gaussian-target-variance-unscaled", "nn/_heads.py", "scale**2 * variance", "variance",
+      (f"{TARGETS}::test_the_head_maps_standardised_outputs_to_the_targets_units",),
+      "the Gaussian head's variance left in standardised units"),
+    M("target-stats-include-padding", "data/_normalize.py",
+      "y = y[_valid_mask(y, lengths)[..., 0]]  # (valid steps, K)",
+      "y = y.reshape(-1, y.shape[-1])",
+      (f"{TARGETS}::test_target_stats_read_the_valid_steps",),
+      "per-step target statistics read the padding"),
+    M("model-inputs-ignore-targets", "train/_engine.py",
+      'targets = (tuple(info["mean"]), tuple(info["std"]))', "targets = None",
+      (f"{TARGETS}::test_an_affine_change_of_the_targets_changes_only_the_units",),
+      "a run with data.normalize_targets = standard builds a head without the affine"),
+    M("targets-default-not-chosen", "train/_defaults.py", 'if facts.task == "regression":',
+      "if False:", (f"{TARGETS}::test_defaults_choose_the_affine_for_regression_only",
+                    f"{TARGETS}::test_an_affine_change_of_the_targets_changes_only_the_units"),
+      "own regression data trains on raw targets by default"),
     M("per-step-loss-reads-padding", "train/_steps.py", "if length is None:\n",
       "if True:\n",
       (f"{EFFECTS}::test_per_step_losses_average_only_the_valid_steps",
@@ -1205,8 +1228,10 @@ MUTATIONS = (
       'else f"{a.dtype.str}{a.shape}")', 'else a.dtype.str)', ("tests/test_data_spec.py",),
       "data reshaped to the same bytes keep their checksum"),
     M("digest-before-normalisation-lost", "train/_datasets.py",
-      "return normalize_dataset(with_digest(dataset), data_cfg.normalize)\n\n\ndef sequence",
-      "return with_digest(normalize_dataset(dataset, data_cfg.normalize))\n\n\ndef sequence",
+      "return normalize_dataset(with_digest(dataset), data_cfg.normalize, "
+      "data_cfg.normalize_targets)\n\n\ndef sequence",
+      "return with_digest(normalize_dataset(dataset, data_cfg.normalize, "
+      "data_cfg.normalize_targets))\n\n\ndef sequence",
       ("tests/test_data_spec.py",),
       "the checksum of the normalised data: a host's last-bit differences read as changed data"),
     M("resume-ignores-changed-data", "train/_engine.py",

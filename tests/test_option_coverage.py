@@ -98,6 +98,7 @@ OBSERVED = {
     "data.n_eval": "tests/test_dataset_loading.py::test_n_train_and_n_eval_keep_the_first_examples",
     "data.zero_shot_8khz": "tests/test_effects.py::test_zero_shot_8khz_splits_are_evaluated_at_step_rescale_2",
     "data.normalize": "tests/test_defaults.py::test_train_eval_predict_export_use_one_normalisation",
+    "data.normalize_targets": "tests/test_target_scaling.py::test_an_affine_change_of_the_targets_changes_only_the_units",
     "data.missing": "tests/test_data_uea.py::test_load_dataset_and_user_data_config_read_ts_with_the_data_settings",
     "data.val_fraction": "tests/test_data_uea.py::test_load_dataset_and_user_data_config_read_ts_with_the_data_settings",
     "data.val_seed": "tests/test_data_uea.py::test_load_dataset_and_user_data_config_read_ts_with_the_data_settings",

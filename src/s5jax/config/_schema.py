@@ -53,6 +53,7 @@ Schedule = Literal["cosine", "constant"]
 Missing = Literal["error", "zero", "ffill", "interpolate"]
 Unit = Literal["%", "1e-3", "1"]
 Normalize = Literal["none", "channel", "example"]
+NormalizeTargets = Literal["none", "standard"]
 BestTies = Literal["earliest", "lower_loss"]
 Select = Literal["best_val", "last"]
 
@@ -285,7 +286,10 @@ class DataConfig:
     tests. `zero_shot_8khz` (speech) also evaluates on every-other-sample 8 kHz val/test sets
     with Δ doubled. `normalize` standardises float inputs: `"none"`, `"channel"` (per
     feature, statistics of the train split) or `"example"` (each sequence on its own valid
-    steps; not causal); see `s5jax.data._normalize`.
+    steps; not causal); see `s5jax.data._normalize`. `normalize_targets = "standard"`
+    (regression only) has the head predict the targets standardised with the train split's
+    per-target mean and std, and map its outputs back to the targets' units with that fixed
+    affine: losses, metrics and predictions stay in the targets' units.
     """
 
     dataset: str = "synthetic"
@@ -300,6 +304,7 @@ class DataConfig:
     val_fraction: float = 0.1
     val_seed: int = 0
     normalize: Normalize = "none"
+    normalize_targets: NormalizeTargets = "none"
 
     def __post_init__(self) -> None:
         check_fields(self, "data")

@@ -10,6 +10,12 @@
   (the shape carries the class, not the scale). Not causal: a step's value depends on the
   whole sequence, so a model meant for online use (`model.causal = true`) refuses it.
 
+Regression targets (`data.normalize_targets = "standard"`) are not transformed here: their
+train-split mean and std per target are recorded in `meta["target_normalization"]`
+(`{"mode", "mean", "std"}`), and the model's head maps its standardised outputs back to the
+targets' units with them (`s5jax.nn.RegressionHead`), so that every loss, metric and
+prediction is in the targets' units.
+
 Padded steps (beyond `lengths`) are zero after normalisation, as before it. A standard
 deviation below `EPS` (a constant channel) divides by 1 instead. Token inputs are never
 normalised. The statistics are recorded in the dataset's `meta["normalization"]`
@@ -29,6 +35,7 @@ from ._prepared import PreparedDataset
 __all__ = [
     "EPS",
     "MODES",
+    "TARGET_MODES",
     "apply_normalization",
     "channel_stats",
     "normalize_dataset",
@@ -36,6 +43,7 @@ __all__ = [
 ]
 
 MODES = ("none", "channel", "example")
+TARGET_MODES = ("none", "standard")
 EPS = 1e-8
 
 
@@ -79,12 +87,47 @@ def normalize_inputs(x: np.ndarray, lengths: np.ndarray | None, info: dict[str, 
     return np.where(mask, out, 0.0).astype(np.float32)
 
 
-def normalize_dataset(dataset: PreparedDataset, mode: str) -> PreparedDataset:
-    """`dataset` with its float inputs normalised by `mode` (statistics from `train`).
+def target_stats(y: np.ndarray, lengths: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-target mean and std (float64) of regression targets `y`: (N,), (N, K), or per
+    step (N, L, K) over the valid steps (`lengths`); a std below `EPS` reads as 1."""
+    y = np.asarray(y, np.float64)
+    if y.ndim == 3:
+        y = y[_valid_mask(y, lengths)[..., 0]]  # (valid steps, K)
+    y = y.reshape(len(y), -1)
+    mean, std = y.mean(axis=0), y.std(axis=0)
+    return mean, np.where(std < EPS, 1.0, std)
+
+
+def _with_target_stats(dataset: PreparedDataset, mode: str) -> PreparedDataset:
+    """`dataset` with `meta["target_normalization"]` for `mode` "standard" (train split)."""
+    if mode not in TARGET_MODES:
+        raise DatasetError(
+            f"data.normalize_targets = {mode!r}: must be one of {', '.join(TARGET_MODES)}"
+        )
+    if mode == "none":
+        return dataset
+    train = dataset.splits.get("train")
+    if dataset.task != "regression" or train is None:
+        raise DatasetError(
+            f"data.normalize_targets = {mode!r} standardises regression targets; dataset "
+            f"{dataset.name!r} is {dataset.task}: set data.normalize_targets = none"
+        )
+    mean, std = target_stats(np.asarray(train.y), train.lengths)
+    info = {"mode": mode, "mean": mean.tolist(), "std": std.tolist()}
+    return replace(dataset, meta={**dataset.meta, "target_normalization": info})
+
+
+def normalize_dataset(
+    dataset: PreparedDataset, mode: str, targets: str = "none"
+) -> PreparedDataset:
+    """`dataset` with its float inputs normalised by `mode` (statistics from `train`), and
+    its regression targets' statistics recorded for `targets = "standard"`.
 
     The result's `meta["normalization"]` records the mode and, for `"channel"`, the
-    statistics, so that `apply_normalization` treats new data the same way.
+    statistics, so that `apply_normalization` treats new data the same way;
+    `meta["target_normalization"]` the targets' (module docstring).
     """
+    dataset = _with_target_stats(dataset, targets)
     if mode not in MODES:
         raise DatasetError(f"data.normalize = {mode!r}: must be one of {', '.join(MODES)}")
     if mode == "none":

@@ -24,6 +24,7 @@ __all__ = [
     "GaussianHead",
     "RegressionHead",
     "RetrievalHead",
+    "Targets",
     "accuracy",
     "gaussian_nll",
     "gaussian_variance",
@@ -86,22 +87,63 @@ class ClassificationHead(eqx.Module):
         return jax.nn.log_softmax(self.decoder(z, fp32_output=True), axis=-1)
 
 
+Targets = tuple[tuple[float, ...], tuple[float, ...]]
+"""The targets' per-output (mean, std): a head's fixed output affine (`RegressionHead`)."""
+
+
+def _check_targets(targets: Targets | None, n_outputs: int) -> tuple[tuple, tuple]:
+    """`targets` as two tuples of floats of length `n_outputs` (empty: no affine)."""
+    if targets is None:
+        return (), ()
+    mean, std = (tuple(float(v) for v in t) for t in targets)
+    if len(mean) != n_outputs or len(std) != n_outputs:
+        raise ValueError(
+            f"targets: a mean and a std per output ({n_outputs}), got {len(mean)} and {len(std)}"
+        )
+    if not all(math.isfinite(m) for m in mean) or not all(math.isfinite(s) and s > 0 for s in std):
+        raise ValueError(f"targets: finite means and positive stds, got {mean}, {std}")
+    return mean, std
+
+
+def _per_output(values: tuple[float, ...], like: Array) -> Array:
+    """`values` (one per output) shaped to broadcast against `like` (…, outputs)."""
+    return jnp.asarray(values, like.dtype).reshape((1,) * (like.ndim - 1) + (-1,))
+
+
 class RegressionHead(eqx.Module):
     """Dense(H → outputs): a point prediction, trained with the MSE.
 
-    **Arguments:** `H`, `n_outputs`, `dtype`, `precision`, and a keyword-only `key`.
+    With `targets = (mean, std)` (one each per output, `data.normalize_targets`) the
+    decoder predicts standardised targets and the head returns `mean + std · decoder(z)`:
+    a fixed affine (static, never trained), so that targets far from unit scale (300 ± 10)
+    start at their scale and the outputs, losses and metrics are in the targets' units.
+
+    **Arguments:** `H`, `n_outputs`, `dtype`, `precision`, `targets`, and a keyword-only `key`.
     """
 
     decoder: Dense
+    offset: tuple[float, ...] = eqx.field(static=True, default=())
+    scale: tuple[float, ...] = eqx.field(static=True, default=())
 
     def __init__(
-        self, H: int, n_outputs: int, *, dtype=jnp.float32, precision="fp32", key: PRNGKeyArray
+        self,
+        H: int,
+        n_outputs: int,
+        *,
+        dtype=jnp.float32,
+        precision="fp32",
+        targets: Targets | None = None,
+        key: PRNGKeyArray,
     ):
         self.decoder = Dense(H, n_outputs, dtype=dtype, precision=precision, key=key)
+        self.offset, self.scale = _check_targets(targets, n_outputs)
 
     def __call__(self, z: Float[Array, "*L H"]) -> Float[Array, "*L D"]:
         """**Arguments:** `z` (H,) or (L, H). **Returns:** predictions (…, n_outputs)."""
-        return self.decoder(z, fp32_output=True)
+        out = self.decoder(z, fp32_output=True)
+        if not self.scale:
+            return out
+        return _per_output(self.offset, out) + _per_output(self.scale, out) * out
 
 
 def gaussian_variance(ell: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
@@ -114,6 +156,8 @@ _HIDDEN = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
 class GaussianHead(eqx.Module):
     """Per-step Gaussian prediction: two MLPs (H → 30 → tanh → D) for μ and ℓ; σ² from ℓ.
+    `targets = (mean, std)`: μ and σ² of standardised targets, returned in the targets'
+    units (mean + std · μ, std² · σ²), as `RegressionHead` does.
 
     **Arguments:** `H`, `n_outputs` (D), `hidden` (30), `activation` (`"tanh"`, as the
     authors' pendulum branch, whose `SimpleMLP` uses `nn.tanh`; or `"relu"`, what s5jax used
@@ -126,6 +170,8 @@ class GaussianHead(eqx.Module):
     var_hidden: Dense
     var_out: Dense
     activation: str = eqx.field(static=True, default="tanh")
+    offset: tuple[float, ...] = eqx.field(static=True, default=())
+    scale: tuple[float, ...] = eqx.field(static=True, default=())
 
     def __init__(
         self,
@@ -136,6 +182,7 @@ class GaussianHead(eqx.Module):
         activation: str = "tanh",
         dtype=jnp.float32,
         precision="fp32",
+        targets: Targets | None = None,
         key: PRNGKeyArray,
     ):
         if activation not in _HIDDEN:
@@ -147,13 +194,18 @@ class GaussianHead(eqx.Module):
         self.mean_out = Dense(hidden, n_outputs, **dense, key=k2)
         self.var_hidden = Dense(H, hidden, **dense, key=k3)
         self.var_out = Dense(hidden, n_outputs, **dense, key=k4)
+        self.offset, self.scale = _check_targets(targets, n_outputs)
 
     def __call__(self, z: Float[Array, "L H"]) -> tuple[Float[Array, "L D"], Float[Array, "L D"]]:
         """**Arguments:** `z` (L, H). **Returns:** `(mean, variance)`, each (L, D)."""
         act = _HIDDEN[self.activation]
         mean = self.mean_out(act(self.mean_hidden(z)), fp32_output=True)
         ell = self.var_out(act(self.var_hidden(z)), fp32_output=True)
-        return mean, gaussian_variance(ell)
+        variance = gaussian_variance(ell)
+        if not self.scale:
+            return mean, variance
+        scale = _per_output(self.scale, mean)  # in the targets' units (RegressionHead)
+        return _per_output(self.offset, mean) + scale * mean, scale**2 * variance
 
 
 class RetrievalHead(eqx.Module):

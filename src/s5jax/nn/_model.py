@@ -19,7 +19,14 @@ from ._dense import check_precision
 from ._discrete import DiscreteSSM
 from ._encoders import DenseEncoder, EmbeddingEncoder, PendulumCNN
 from ._ensemble import ENSEMBLE_HEADS, Ensemble
-from ._heads import ClassificationHead, GaussianHead, RegressionHead, RetrievalHead, pool
+from ._heads import (
+    ClassificationHead,
+    GaussianHead,
+    RegressionHead,
+    RetrievalHead,
+    Targets,
+    pool,
+)
 from ._layers import SequenceLayer
 from ._ssm import S5SSM
 from ._tags import DEFAULT_GROUPS, parameter_roles
@@ -55,14 +62,18 @@ def _encoder(cfg, d_input, vocab, dtype, key) -> Encoder:
     raise ValueError(f"unknown model.encoder {cfg.encoder!r}")
 
 
-def _head(cfg, n_outputs, dtype, key) -> Head:
+def _head(cfg, n_outputs, dtype, key, targets=None) -> Head:
     H, options = cfg.d_model, dict(dtype=dtype, precision=_precision(cfg), key=key)
+    if targets is not None and cfg.head not in ("regression", "gaussian"):
+        raise ValueError(f"targets: the {cfg.head!r} head predicts no targets to scale")
     if cfg.head == "classification":
         return ClassificationHead(H, n_outputs, **options)
     if cfg.head == "regression":
-        return RegressionHead(H, n_outputs, **options)
+        return RegressionHead(H, n_outputs, targets=targets, **options)
     if cfg.head == "gaussian":
-        return GaussianHead(H, n_outputs, activation=cfg.head_activation, **options)
+        return GaussianHead(
+            H, n_outputs, activation=cfg.head_activation, targets=targets, **options
+        )
     if cfg.head == "retrieval":
         return RetrievalHead(H, n_outputs, gelu_approximate=cfg.gelu_approximate, **options)
     raise ValueError(f"unknown model.head {cfg.head!r}")
@@ -183,6 +194,7 @@ class S5Model(eqx.Module):
         vocab: int | None = None,
         scan_method: str = "auto",
         dtype=jnp.float32,
+        targets: Targets | None = None,
         key: PRNGKeyArray,
     ):
         remat = getattr(cfg, "remat", "none")
@@ -194,7 +206,7 @@ class S5Model(eqx.Module):
             _layer(cfg, dtype, scan_method, k_ssm, k_layer)
             for k_ssm, k_layer in zip(layer_keys[0::2], layer_keys[1::2], strict=True)
         )
-        self.head = _head(cfg, n_outputs, dtype, head_key)
+        self.head = _head(cfg, n_outputs, dtype, head_key, targets)
         self.pooling, self.timestep_mode = cfg.pooling, cfg.timestep_mode
         self.remat = remat
         self.precision = _precision(cfg)
@@ -447,6 +459,7 @@ def build_model(
     vocab: int | None = None,
     scan_method: str | None = None,
     dtype=jnp.float32,
+    targets: Targets | None = None,
 ) -> tuple[S5Model | Ensemble, eqx.nn.State]:
     """Build `(model, state)` from a `ModelConfig`; see `S5Model` for the arguments.
 
@@ -454,7 +467,9 @@ def build_model(
     members initialised from `jax.random.split(key, K)`.
 
     `vocab` is the one-hot width for token inputs (False or None otherwise). `scan_method`
-    overrides the config's `scan_method` (`"auto"` when the config has none).
+    overrides the config's `scan_method` (`"auto"` when the config has none). `targets`:
+    the regression targets' per-output (mean, std), the head's fixed output affine
+    (`RegressionHead`; `data.normalize_targets`).
     """
     if scan_method is None:
         scan_method = getattr(cfg, "scan_method", "auto")
@@ -462,7 +477,7 @@ def build_model(
     def make(k):
         return eqx.nn.make_with_state(S5Model)(
             cfg, d_input=d_input, n_outputs=n_outputs, vocab=vocab or None,
-            scan_method=scan_method, dtype=dtype, key=k,
+            scan_method=scan_method, dtype=dtype, targets=targets, key=k,
         )  # fmt: skip
 
     members = int(getattr(cfg, "members", 1))

@@ -150,7 +150,9 @@ def load_dataset(data_cfg, *, announce: bool = True) -> PreparedDataset:
     name = data_cfg.dataset
     if is_user_file(name):
         dataset = load_user_data(name, data_cfg, announce=announce)
-        return normalize_dataset(with_digest(dataset), data_cfg.normalize)
+        return normalize_dataset(
+            with_digest(dataset), data_cfg.normalize, data_cfg.normalize_targets
+        )
     if name not in DATASETS:
         raise ValueError(
             f"data.dataset = {name!r}: {_close(name, sorted(DATASETS))}known datasets: "
@@ -159,7 +161,7 @@ def load_dataset(data_cfg, *, announce: bool = True) -> PreparedDataset:
     dataset = DATASETS[name](data_cfg)
     if name != "synthetic":  # synthetic is made to the requested sizes already
         dataset = limit_and_check(dataset, data_cfg)
-    return normalize_dataset(with_digest(dataset), data_cfg.normalize)
+    return normalize_dataset(with_digest(dataset), data_cfg.normalize, data_cfg.normalize_targets)
 
 
 def sequence_length(split: Split) -> int:

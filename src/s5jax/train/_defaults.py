@@ -12,7 +12,13 @@ stands. The rules, in the order they are applied:
    a channel-standardised model sees most examples as flat lines: `"example"` (each sequence
    standardised on its own). Otherwise `"channel"` (train-split statistics), which keeps the
    amplitude as information. A causal model (per-step targets, or `model.causal = true`) gets
-   `"channel"`: example statistics need the whole sequence.
+   `"channel"`: example statistics need the whole sequence. Regression targets get
+   `data.normalize_targets = "standard"`: the head predicts them standardised with the
+   train split's mean and std, mapped back by that fixed affine, so targets far from unit
+   scale start at their scale, while losses, metrics and predictions stay in the targets'
+   units. (Targets 300 + 10·s, s of unit scale, 800 series of 100 steps, 10 epochs: test
+   mse 22.3 without it, 126× the 100 × 0.00176 that s itself reached; with it 0.180, the
+   same fit in the targets' units.)
 2. **Direction and norm.** Whole-sequence targets (classification, per-sequence regression):
    bidirectional layers with BatchNorm, the paper's LRA recipe. Per-step targets or
    `model.causal = true`: unidirectional (causal) layers with LayerNorm, which normalises each
@@ -120,6 +126,8 @@ class DataFacts:
     val_carved: bool = False  # the val split was carved from the training file by s5jax
     time_step: float | None = None  # median t_k - t_(k-1) over valid steps; None: no times
     vocab: int | None = None  # token inputs: the vocabulary size
+    target_mean: float | None = None  # regression: mean and std of all training targets
+    target_std: float | None = None
 
     def describe(self) -> str:
         lengths = (
@@ -186,6 +194,12 @@ def inspect_data(dataset: PreparedDataset) -> DataFacts:
         steps = np.diff(t, axis=1)[valid]
         steps = steps[steps > 0]
         time_step = float(np.median(steps)) if steps.size else None
+    target_mean = target_std = None
+    if dataset.task == "regression":
+        y = np.asarray(train.y, np.float64)
+        if y.ndim == 3:  # per step: the valid steps
+            y = y[np.arange(L)[None, :] < lengths[:, None]]
+        target_mean, target_std = float(np.mean(y)), float(np.std(y))
     return DataFacts(
         task=dataset.task,
         per_step=bool(per_step),
@@ -201,6 +215,8 @@ def inspect_data(dataset: PreparedDataset) -> DataFacts:
         val_carved=bool(dataset.meta.get("val_carved", False)),
         time_step=time_step,
         vocab=dataset.vocab_size,
+        target_mean=target_mean,
+        target_std=target_std,
     )
 
 
@@ -264,6 +280,19 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
             f"the examples' scales differ by {spread}(90th/10th percentile of per-example "
             f"std) <= {SPREAD_EXAMPLE:g}: per-channel train-split statistics keep the "
             "amplitude as information",
+        )
+
+    if facts.task == "regression":
+        spread = (
+            ""
+            if facts.target_mean is None
+            else f" (mean {facts.target_mean:.3g}, std {facts.target_std:.3g} over the train split)"
+        )
+        choose(
+            "data.normalize_targets",
+            "standard",
+            f"regression targets{spread}: the model predicts them standardised and a fixed "
+            "affine maps its outputs back, so losses, metrics and predictions are in your units",
         )
 
     # 2. direction and norm

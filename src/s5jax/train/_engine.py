@@ -77,11 +77,15 @@ def _model_inputs(dataset: PreparedDataset, head: str) -> dict[str, Any]:
         d_input, vocab = width, width
     else:
         d_input, vocab = int(x.shape[-1]), None
+    targets = None
     if head in ("classification", "retrieval"):
         n_outputs = dataset.n_classes
     else:
         n_outputs = 1 if y.ndim == 1 else int(y.shape[-1])
-    return {"d_input": d_input, "vocab": vocab, "n_outputs": n_outputs}
+        info = dataset.meta.get("target_normalization")  # data.normalize_targets
+        if info is not None and info.get("mode") == "standard":
+            targets = (tuple(info["mean"]), tuple(info["std"]))
+    return {"d_input": d_input, "vocab": vocab, "n_outputs": n_outputs, "targets": targets}
 
 
 def _check_widths(inputs: dict[str, Any], config: ExperimentConfig, head: str) -> None:

@@ -387,7 +387,9 @@ def _read_source(run: _Run, expect: _Expect, data, split: str) -> tuple[str | No
         arrays["x"] = normalize_inputs(arrays["x"], arrays["lengths"], info)
         return where, arrays, name
     elif name in DATASETS:
-        raw = load_dataset(replace(config.data, dataset=name, normalize="none"))
+        raw = load_dataset(
+            replace(config.data, dataset=name, normalize="none", normalize_targets="none")
+        )
         # Checked before the run's normalisation, whose statistics have the run's width.
         _check_split(raw, split)
         error = _error_for(f"dataset {raw.name!r}, split {split!r}")

@@ -146,7 +146,7 @@ def user_data_defaults(path: str | os.PathLike, overrides=(), *, selects_by_val:
                   train=train_cfg, description=f"user data {path}")  # fmt: skip
     settings = [f"{c.key}={_text(c.value)}" for c in chosen]
     cfg = apply_overrides(cfg, [*settings, *overrides])
-    dataset = normalize_dataset(with_digest(raw), cfg.data.normalize)
+    dataset = normalize_dataset(with_digest(raw), cfg.data.normalize, cfg.data.normalize_targets)
     return cfg, dataset, facts, chosen
 
 
