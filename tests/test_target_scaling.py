@@ -21,7 +21,13 @@ from s5jax.config import ModelConfig
 from s5jax.data import DatasetError
 from s5jax.data._normalize import target_stats
 from s5jax.nn import build_model
-from s5jax.train import predict_run, read_metrics, train_and_evaluate, user_data_config
+from s5jax.train import (
+    export_run,
+    predict_run,
+    read_metrics,
+    train_and_evaluate,
+    user_data_config,
+)
 from s5jax.train._defaults import choose_defaults, inspect_data
 
 TINY = ["model.n_layers=1", "model.d_model=8", "model.ssm_size=8", "model.blocks=2",
@@ -101,6 +107,18 @@ def test_an_affine_change_of_the_targets_changes_only_the_units(tmp_path, per_st
     np.testing.assert_allclose(pred_ab, a + b * pred, rtol=1e-4, atol=1e-3 * b)
     _, _, loss_none, _ = _train(tmp_path, "none", x, a + b * y, "data.normalize_targets=none")
     assert not np.allclose(loss_none, b**2 * loss, rtol=0.1)
+    # the exported forward returns the targets' units too, and its spec names the affine
+    folder = export_run(run_dir, tmp_path / "exported")
+    spec = json.loads((folder / "spec.json").read_text())
+    assert spec["target_normalization"]["mean"] == [
+        pytest.approx(float(np.mean((a + b * y[:48]).astype(np.float64))), rel=1e-6)
+    ]
+    forward = jax.export.deserialize(bytearray((folder / "forward.jax").read_bytes()))
+    n, L = len(x[56:]), x.shape[1]
+    given = {"x": x[56:], "lengths": np.full(n, L, np.int32), "dt": np.ones((n, L), np.float32)}
+    out = forward.call(*(given[i["name"]] for i in spec["forward"]["inputs"]))
+    np.testing.assert_allclose(np.asarray(out).reshape(pred_ab.shape), pred_ab, rtol=1e-5,
+                               atol=1e-4)  # fmt: skip
     # a run whose training file is gone predicts from its data_spec.json, in the same units
     moved = tmp_path / "new.npz"
     np.savez(moved, x=x[56:])

@@ -897,6 +897,8 @@ def _spec(run, expect, names, forward, fixed, step, state_spec, no_step, which) 
         # the training data's class names (output i is classes[i]), when it named them
         "classes": run.dataset.meta.get("classes"),
         "normalization": run.dataset.meta.get("normalization"),
+        # data.normalize_targets: the head's fixed affine; outputs are in the targets' units
+        "target_normalization": run.dataset.meta.get("target_normalization"),
         "forward": {
             "file": "forward.jax",
             "inputs": _describe(names, forward.in_avals),
