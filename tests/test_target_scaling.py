@@ -13,6 +13,7 @@ import io
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -29,6 +30,7 @@ from s5jax.train import (
     user_data_config,
 )
 from s5jax.train._defaults import choose_defaults, inspect_data
+from s5jax.train._steps import per_example_loss
 
 TINY = ["model.n_layers=1", "model.d_model=8", "model.ssm_size=8", "model.blocks=2",
         "model.members=1", "data.batch_size=16", "train.epochs=3"]  # fmt: skip
@@ -79,6 +81,22 @@ def test_target_stats_read_the_valid_steps():
     assert mean.tolist() == [7.0] and std.tolist() == [1.0]
 
 
+def test_the_training_loss_weighs_each_standardised_target_the_same():
+    """With the targets' std the loss is the mean of (output − y)² / std² (a target in
+    millimetres weighs what one in kilometres does); the metric stays in the targets' units;
+    per step, over the valid steps."""
+    rng = np.random.default_rng(3)
+    out, y = rng.normal(size=(2, 6, 2)).astype(np.float32)
+    std = np.array([0.01, 100.0], np.float32)
+    loss, metric = per_example_loss("regression", out, y, jnp.asarray(4), std)
+    sq = (out[:4].astype(np.float64) - y[:4]) ** 2
+    np.testing.assert_allclose(loss, np.mean(sq / std**2), rtol=1e-5)
+    np.testing.assert_allclose(metric, np.mean(sq), rtol=1e-5)
+    loss, metric = per_example_loss("regression", out[0], y[0], None, std)  # per sequence
+    np.testing.assert_allclose(loss, np.mean((out[0] - y[0]) ** 2 / std**2), rtol=1e-5)
+    np.testing.assert_allclose(metric, np.mean((out[0] - y[0]) ** 2), rtol=1e-5)
+
+
 def _train(tmp_path, name, x, y, *overrides):
     path = tmp_path / f"{name}.npz"
     np.savez(path, x_train=x[:48], y_train=y[:48], x_val=x[48:56], y_val=y[48:56],
@@ -86,7 +104,8 @@ def _train(tmp_path, name, x, y, *overrides):
     config, dataset = user_data_config(path, [*TINY, *overrides])
     run_dir = tmp_path / name
     train_and_evaluate(config, run_dir, dataset=dataset, progress=False, stream=io.StringIO())
-    losses = [r["train_loss"] for r in read_metrics(run_dir) if r.get("kind") == "epoch"]
+    epochs = [r for r in read_metrics(run_dir) if r.get("kind") == "epoch"]
+    losses = [(r["train_loss"], r["val_mse"]) for r in epochs]
     out = tmp_path / f"{name}.pred.npz"
     predict_run(run_dir, out, progress=False)
     return run_dir, path, np.array(losses), np.load(out)["pred"]
@@ -94,8 +113,9 @@ def _train(tmp_path, name, x, y, *overrides):
 
 @pytest.mark.parametrize("per_step", [False, True], ids=["per sequence", "per step"])
 def test_an_affine_change_of_the_targets_changes_only_the_units(tmp_path, per_step):
-    """Targets a + b·y train exactly as y does: losses × b², predictions a + b·pred; the
-    data-chosen default is the affine, and without it the runs differ."""
+    """Targets a + b·y train exactly as y does: the same training losses (of standardised
+    targets), val mse × b², predictions a + b·pred; the data-chosen default is the affine,
+    and without it the runs differ."""
     a, b = 300.0, 10.0
     x, y = _regression(np.random.default_rng(0), per_step=per_step)
     _, _, loss, pred = _train(tmp_path, "unit", x, y)
@@ -103,10 +123,11 @@ def test_an_affine_change_of_the_targets_changes_only_the_units(tmp_path, per_st
     assert json.loads((run_dir / "config.json").read_text())["data"]["normalize_targets"] == (
         "standard"
     )
-    np.testing.assert_allclose(loss_ab, b**2 * loss, rtol=2e-3)
+    np.testing.assert_allclose(loss_ab[:, 0], loss[:, 0], rtol=2e-3)
+    np.testing.assert_allclose(loss_ab[:, 1], b**2 * loss[:, 1], rtol=2e-3)
     np.testing.assert_allclose(pred_ab, a + b * pred, rtol=1e-4, atol=1e-3 * b)
     _, _, loss_none, _ = _train(tmp_path, "none", x, a + b * y, "data.normalize_targets=none")
-    assert not np.allclose(loss_none, b**2 * loss, rtol=0.1)
+    assert not np.allclose(loss_none[:, 1], b**2 * loss[:, 1], rtol=0.1)
     # the exported forward returns the targets' units too, and its spec names the affine
     folder = export_run(run_dir, tmp_path / "exported")
     spec = json.loads((folder / "spec.json").read_text())

@@ -289,7 +289,8 @@ class DataConfig:
     steps; not causal); see `s5jax.data._normalize`. `normalize_targets = "standard"`
     (regression only) has the head predict the targets standardised with the train split's
     per-target mean and std, and map its outputs back to the targets' units with that fixed
-    affine: losses, metrics and predictions stay in the targets' units.
+    affine: the training loss is the standardised targets' mean square error (each target
+    weighs the same), while metrics (mse) and predictions are in the targets' units.
     """
 
     dataset: str = "synthetic"

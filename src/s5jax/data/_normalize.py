@@ -13,8 +13,9 @@
 Regression targets (`data.normalize_targets = "standard"`) are not transformed here: their
 train-split mean and std per target are recorded in `meta["target_normalization"]`
 (`{"mode", "mean", "std"}`), and the model's head maps its standardised outputs back to the
-targets' units with them (`s5jax.nn.RegressionHead`), so that every loss, metric and
-prediction is in the targets' units.
+targets' units with them (`s5jax.nn.RegressionHead`), so that every metric and prediction
+is in the targets' units; the training loss divides each target's squared error by its
+variance (`s5jax.train._steps.per_example_loss`).
 
 Padded steps (beyond `lengths`) are zero after normalisation, as before it. A standard
 deviation below `EPS` (a constant channel) divides by 1 instead. Token inputs are never

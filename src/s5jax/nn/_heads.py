@@ -116,7 +116,7 @@ class RegressionHead(eqx.Module):
     With `targets = (mean, std)` (one each per output, `data.normalize_targets`) the
     decoder predicts standardised targets and the head returns `mean + std · decoder(z)`:
     a fixed affine (static, never trained), so that targets far from unit scale (300 ± 10)
-    start at their scale and the outputs, losses and metrics are in the targets' units.
+    start at their scale and the outputs are in the targets' units.
 
     **Arguments:** `H`, `n_outputs`, `dtype`, `precision`, `targets`, and a keyword-only `key`.
     """

@@ -15,10 +15,13 @@ stands. The rules, in the order they are applied:
    `"channel"`: example statistics need the whole sequence. Regression targets get
    `data.normalize_targets = "standard"`: the head predicts them standardised with the
    train split's mean and std, mapped back by that fixed affine, so targets far from unit
-   scale start at their scale, while losses, metrics and predictions stay in the targets'
+   scale start at their scale, and trained on the standardised targets' mean square error,
+   so that each target weighs the same; mse figures and predictions stay in the targets'
    units. (Targets 300 + 10·s, s of unit scale, 800 series of 100 steps, 10 epochs: test
    mse 22.3 without it, 126× the 100 × 0.00176 that s itself reached; with it 0.180, the
-   same fit in the targets' units.)
+   same fit in the targets' units. Two targets of std 0.01 and 69: relative test mse
+   0.0158 and 0.0103 with the affine and a loss in the targets' units, 0.0031 and 0.0130
+   with the standardised loss.)
 2. **Direction and norm.** Whole-sequence targets (classification, per-sequence regression):
    bidirectional layers with BatchNorm, the paper's LRA recipe. Per-step targets or
    `model.causal = true`: unidirectional (causal) layers with LayerNorm, which normalises each
@@ -291,8 +294,9 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
         choose(
             "data.normalize_targets",
             "standard",
-            f"regression targets{spread}: the model predicts them standardised and a fixed "
-            "affine maps its outputs back, so losses, metrics and predictions are in your units",
+            f"regression targets{spread}: the model predicts them standardised, trained on "
+            "their mean square error (each target weighs the same), and a fixed affine maps "
+            "its outputs back: mse figures and predictions are in your units",
         )
 
     # 2. direction and norm

@@ -157,7 +157,11 @@ class _Run:
             opt_state = self.optimizer.init(self.params)
         self.n_params = count_parameters(model)
         self.group_table = format_groups(describe_groups(model, labels))
-        self.steps = make_steps(self.static, self.optimizer, self.head, members=cfg.model.members)
+        targets = inputs["targets"]  # data.normalize_targets: the loss of standardised targets
+        self.steps = make_steps(
+            self.static, self.optimizer, self.head, members=cfg.model.members,
+            target_scale=None if targets is None or self.head != "regression" else targets[1],
+        )  # fmt: skip
         self.params = self.parallel.replicate(self.params)
         self.model_state = self.parallel.replicate(state)
         self.opt_state = self.parallel.replicate(opt_state)

@@ -456,12 +456,13 @@ def _streamed(static, pooling: str):
     return jax.jit(forward)
 
 
-def _losses(head: str, padded: bool):
+def _losses(head: str, padded: bool, target_scale=None):
     """Per-example (loss, metric), jitted; `padded`: called with each example's length too
-    (per-step losses then average over the valid steps, as in training)."""
+    (per-step losses then average over the valid steps, as in training); `target_scale`:
+    a regression head's per-target std (the loss of standardised targets, as in training)."""
     if padded:
-        return jax.jit(jax.vmap(lambda o, y, n: per_example_loss(head, o, y, n)))
-    return jax.jit(jax.vmap(lambda o, y: per_example_loss(head, o, y)))
+        return jax.jit(jax.vmap(lambda o, y, n: per_example_loss(head, o, y, n, target_scale)))
+    return jax.jit(jax.vmap(lambda o, y: per_example_loss(head, o, y, None, target_scale)))
 
 
 def _scalar_targets(dataset: PreparedDataset) -> bool:
@@ -598,7 +599,9 @@ def predict_run(
     run.parallel.check_batch_size(size, "--batch-size")
 
     forward = _streamed(run.static, expect.pooling) if stream else _offline(run.static)
-    losses = _losses(run.head, arrays["lengths"] is not None)
+    targets = _model_inputs(run.dataset, run.head)["targets"]
+    scale = None if targets is None or run.head != "regression" else targets[1]
+    losses = _losses(run.head, arrays["lengths"] is not None, scale)
     split_obj = Split(**arrays)
     bar = (
         Progress(num_batches(len(x), size), "predict", messages or sys.stderr, unit="batch")

@@ -36,12 +36,17 @@ def _step_mean(values, length):
     return jnp.sum(values * valid) / jnp.maximum(jnp.sum(valid), 1)
 
 
-def per_example_loss(kind: str, output, y, length=None):
+def per_example_loss(kind: str, output, y, length=None, target_scale=None):
     """Loss and metric of one example for the model's head `kind`.
 
     Per-step outputs (a time axis first) are averaged over the example's valid steps when
     its `length` is given (a padded sequence: the padding steps' targets are not read), else
     over all steps.
+
+    `target_scale` (regression; the head's per-target std, `data.normalize_targets`): the
+    loss is the squared error of the standardised targets, (output − y)² / std², so that
+    each target weighs the same whatever its units; the metric stays the squared error in
+    the targets' units.
 
     **Returns:** `(loss, metric)`: NLL and correctness (classification, retrieval); squared
     error and squared error (regression); Gaussian NLL averaged over time and the MSE of the
@@ -54,11 +59,19 @@ def per_example_loss(kind: str, output, y, length=None):
             return _step_mean(nll, length), _step_mean(correct, length)
         return -output[y], (jnp.argmax(output) == y).astype(output.dtype)
     if kind == "regression":
+        sq = (output - y) ** 2
+        if target_scale is None:
+            std_sq = sq
+        else:  # the per-target std along the last axis
+            scale = jnp.asarray(target_scale, sq.dtype).reshape((1,) * (sq.ndim - 1) + (-1,))
+            std_sq = sq / jnp.square(scale)
         if output.ndim == 2:  # per step: (L, K)
-            err = _step_mean(jnp.mean((output - y) ** 2, axis=-1), length)
+            err = _step_mean(jnp.mean(sq, axis=-1), length)
+            loss = err if target_scale is None else _step_mean(jnp.mean(std_sq, axis=-1), length)
         else:
-            err = jnp.mean((output - y) ** 2)
-        return err, err
+            err = jnp.mean(sq)
+            loss = err if target_scale is None else jnp.mean(std_sq)
+        return loss, err
     if kind == "gaussian":
         mean, var = output
         var = jnp.maximum(var, VARIANCE_FLOOR)
@@ -124,7 +137,7 @@ def _masked(values, mask):
     return jnp.sum(values * weights)
 
 
-def make_steps(static, optimizer, head_kind: str, members: int = 1) -> Steps:
+def make_steps(static, optimizer, head_kind: str, members: int = 1, target_scale=None) -> Steps:
     """Build the jitted steps for a model whose static part is `static`.
 
     Batches are dicts with `x`, `y`, `mask` and optionally `lengths` and `t` (observation times
@@ -134,6 +147,9 @@ def make_steps(static, optimizer, head_kind: str, members: int = 1) -> Steps:
     With `members` K ≥ 2 (an `s5jax.nn.Ensemble`) the training loss is the mean of the members'
     own losses, so each member follows its own gradient (scaled by 1/K, which Adam undoes);
     the metric, and everything in evaluation, is the averaged output's.
+
+    `target_scale`: a regression head's per-target std (`data.normalize_targets`), whose
+    loss is then that of the standardised targets (`per_example_loss`).
     """
 
     def forward(params, state, batch, key, inference, step_rescale):
@@ -165,17 +181,15 @@ def make_steps(static, optimizer, head_kind: str, members: int = 1) -> Steps:
         # Per-step losses average over each example's valid steps (`per_example_loss`).
         len_axis = None if lengths is None else 0
 
+        def loss(o, y, n):
+            return per_example_loss(head_kind, o, y, n, target_scale)
+
         def losses_of(outputs):
-            return jax.vmap(
-                lambda o, y, n: per_example_loss(head_kind, o, y, n), in_axes=(0, 0, len_axis)
-            )(outputs, batch["y"], lengths)
+            return jax.vmap(loss, in_axes=(0, 0, len_axis))(outputs, batch["y"], lengths)
 
         if members > 1 and not inference:  # outputs (B, K, ...): each member's own loss
             member_losses = jax.vmap(
-                jax.vmap(
-                    lambda o, y, n: per_example_loss(head_kind, o, y, n)[0],
-                    in_axes=(0, None, None),
-                ),
+                jax.vmap(lambda o, y, n: loss(o, y, n)[0], in_axes=(0, None, None)),
                 in_axes=(0, 0, len_axis),
             )(outputs, batch["y"], lengths)
             outputs = jax.vmap(lambda o: combine_members(head_kind, o))(outputs)
