@@ -636,6 +636,10 @@ def test_nan_on_valid_steps_or_unmarked_padding_is_refused(tmp_path):
            rf"{lengths[first]}, 0\)\); they end the sequences, as padding does: give "
            r"lengths_train, each example's valid steps \(lengths_train = "
            r"np\.isfinite\(x_train\)\.all\(axis=2\)\.sum\(axis=1\)\)")  # fmt: skip
+    per_sequence = {**mid, "x_train": arrays["x_train"], "y_train": np.ones(len(lengths))}
+    per_sequence["y_train"][2] = np.nan  # one target per example: no steps, no padding
+    _fails(tmp_path, per_sequence, r"'y_train' contains NaN or Inf \(first at index \(2,\)\); "
+           "replace them")  # fmt: skip
     formula = np.isfinite(arrays["x_train"]).all(axis=2).sum(axis=1)
     np.testing.assert_array_equal(formula, lengths)  # the formula the message gives
     bare |= {f"x_{s}": np.nan_to_num(bare[f"x_{s}"]) for s in SIZES}

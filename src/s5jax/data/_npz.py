@@ -241,7 +241,8 @@ def _check_finite(
             return np.where(bad, np.zeros((), arr.dtype), arr)
         bad &= ~pad
     first = tuple(int(i) for i in np.argwhere(bad)[0])
-    where = "" if lengths is None else f", a valid step of its {int(lengths[first[0]])}"
+    valid = steps and lengths is not None  # the first lies on a valid step
+    where = f", a valid step of its {int(lengths[first[0]])}" if valid else ""
     fix = "replace them (pad with zeros, impute or drop the example)"
     if steps and lengths is None and arr.ndim >= 2:
         bad_step = bad.reshape(*bad.shape[:2], -1).any(axis=2)
