@@ -88,6 +88,12 @@ def _model_inputs(dataset: PreparedDataset, head: str) -> dict[str, Any]:
     return {"d_input": d_input, "vocab": vocab, "n_outputs": n_outputs, "targets": targets}
 
 
+def _loss_scale(targets, head: str):
+    """The per-target std a regression loss divides by (`data.normalize_targets`; `targets`
+    from `_model_inputs`), or None."""
+    return None if targets is None or head != "regression" else targets[1]
+
+
 def _check_widths(inputs: dict[str, Any], config: ExperimentConfig, head: str) -> None:
     """The vocabulary and class count the data asks for, against the config's bounds."""
     m = config.model
@@ -157,10 +163,9 @@ class _Run:
             opt_state = self.optimizer.init(self.params)
         self.n_params = count_parameters(model)
         self.group_table = format_groups(describe_groups(model, labels))
-        targets = inputs["targets"]  # data.normalize_targets: the loss of standardised targets
         self.steps = make_steps(
             self.static, self.optimizer, self.head, members=cfg.model.members,
-            target_scale=None if targets is None or self.head != "regression" else targets[1],
+            target_scale=_loss_scale(inputs["targets"], self.head),
         )  # fmt: skip
         self.params = self.parallel.replicate(self.params)
         self.model_state = self.parallel.replicate(state)

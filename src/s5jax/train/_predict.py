@@ -30,7 +30,7 @@ from ..data._batches import iterate_batches, num_batches
 from ..data._normalize import EPS, apply_normalization, normalize_inputs
 from ..data._npz import _check_finite, _check_lengths, _check_times, _padding, _Reader
 from ._data_spec import SPEC_ONLY
-from ._engine import _host_batch, _model_inputs, _Run
+from ._engine import _host_batch, _loss_scale, _model_inputs, _Run
 from ._progress import Progress
 from ._runs import load_run
 from ._steps import per_example_loss
@@ -599,8 +599,7 @@ def predict_run(
     run.parallel.check_batch_size(size, "--batch-size")
 
     forward = _streamed(run.static, expect.pooling) if stream else _offline(run.static)
-    targets = _model_inputs(run.dataset, run.head)["targets"]
-    scale = None if targets is None or run.head != "regression" else targets[1]
+    scale = _loss_scale(_model_inputs(run.dataset, run.head)["targets"], run.head)
     losses = _losses(run.head, arrays["lengths"] is not None, scale)
     split_obj = Split(**arrays)
     bar = (

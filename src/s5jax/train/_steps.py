@@ -60,18 +60,15 @@ def per_example_loss(kind: str, output, y, length=None, target_scale=None):
         return -output[y], (jnp.argmax(output) == y).astype(output.dtype)
     if kind == "regression":
         sq = (output - y) ** 2
-        if target_scale is None:
-            std_sq = sq
-        else:  # the per-target std along the last axis
+        std_sq = sq
+        if target_scale is not None:  # the per-target std along the last axis
             scale = jnp.asarray(target_scale, sq.dtype).reshape((1,) * (sq.ndim - 1) + (-1,))
             std_sq = sq / jnp.square(scale)
-        if output.ndim == 2:  # per step: (L, K)
-            err = _step_mean(jnp.mean(sq, axis=-1), length)
-            loss = err if target_scale is None else _step_mean(jnp.mean(std_sq, axis=-1), length)
-        else:
-            err = jnp.mean(sq)
-            loss = err if target_scale is None else jnp.mean(std_sq)
-        return loss, err
+
+        def reduce(v):  # per step (L, K): over the valid steps
+            return _step_mean(jnp.mean(v, axis=-1), length) if output.ndim == 2 else jnp.mean(v)
+
+        return reduce(std_sq), reduce(sq)
     if kind == "gaussian":
         mean, var = output
         var = jnp.maximum(var, VARIANCE_FLOOR)
