@@ -109,6 +109,9 @@ MUTATIONS = (
     M("hippo-conjugate-eigs", "core/_hippo.py", "Lambda = np.mean(diag) + 1j * Lambda_im",
       "Lambda = np.mean(diag) - 1j * Lambda_im", ("tests/test_hippo.py",),
       "eigenvalues conjugated against their eigenvectors"),
+    M("hippo-j-list-ignores-conj-sym", "core/_hippo.py",
+      "P_full % d == 0 and not (conj_sym and P_full // d % 2)", "P_full % d == 0",
+      ("tests/test_hippo.py",), "the J a block error offers include ones conj_sym refuses"),
     M("log-step-not-log", "core/_init.py", "np.log(dt_min), np.log(dt_max))",
       "dt_min, dt_max)", ("tests/test_init.py",), "log Δ drawn uniform in Δ, not log Δ"),
     # --- nn -------------------------------------------------------------------------------

@@ -78,3 +78,18 @@ def test_block_errors_name_the_argument():
         core.block_diagonal_eig(12, 4, conj_sym=True)
     with pytest.raises(ValueError, match="P_full must be a positive integer"):
         core.block_diagonal_eig(0, 1, conj_sym=False)
+
+
+def test_block_errors_list_only_the_j_that_work():
+    # Under conjugate symmetry P_full / J must be even: 30 = 2·15 allows J in {1, 3, 5, 15}.
+    with pytest.raises(ValueError, match=r"choose J among \[1, 3, 5, 15\]"):
+        core.block_diagonal_eig(30, 4, conj_sym=True)
+    with pytest.raises(ValueError, match=r"choose J among \[1, 3, 5, 15\], or set conj_sym"):
+        core.block_diagonal_eig(30, 30, conj_sym=True)
+    with pytest.raises(ValueError, match=r"choose J among \[1, 2, 3, 5, 6, 10, 15, 30\]"):
+        core.block_diagonal_eig(30, 4, conj_sym=False)
+    # An odd P_full has no J under conjugate symmetry.
+    with pytest.raises(ValueError, match="choose an even P_full, or set conj_sym"):
+        core.block_diagonal_eig(33, 1, conj_sym=True)
+    for J in (1, 3, 5, 15):  # every J the message offers works
+        assert core.block_diagonal_eig(30, J, conj_sym=True)[0].shape == (15,)

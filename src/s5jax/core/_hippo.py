@@ -97,16 +97,21 @@ def block_size(P_full: int, J: int, *, conj_sym: bool) -> int:
     """R = P_full / J, validated: J must divide P_full, and R must be even under conj_sym."""
     _check_positive_int(P_full, "P_full")
     _check_positive_int(J, "J")
+    # The J that work: divisors of P_full, with an even quotient under conjugate symmetry.
+    valid = [
+        d for d in range(1, P_full + 1) if P_full % d == 0 and not (conj_sym and P_full // d % 2)
+    ]
+    choice = f"choose J among {valid}" if valid else "choose an even P_full"
     if P_full % J:
         raise ValueError(
-            f"J={J} blocks must divide the latent size P_full={P_full}; choose J among "
-            f"{[d for d in range(1, P_full + 1) if P_full % d == 0]}"
+            f"J={J} blocks must divide the latent size P_full={P_full} (the paper's P, "
+            f"S5SSM's ssm_size); {choice}"
         )
     R = P_full // J
     if conj_sym and R % 2:
         raise ValueError(
             f"conj_sym=True needs an even block size, but P_full/J = {P_full}/{J} = {R} is odd; "
-            "change P_full or J, or set conj_sym=False"
+            f"{choice}, or set conj_sym=False"
         )
     return R
 
