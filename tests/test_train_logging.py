@@ -373,7 +373,7 @@ def test_progress_write_on_a_terminal_keeps_the_bar():
 
 def test_progress_plain_every_ten_percent():
     clock, stream = Clock(), io.StringIO()
-    bar = Progress(1000, "eval", stream=stream, clock=clock)
+    bar = Progress(1000, "eval", stream=stream, clock=clock, plain_interval=0)
     assert not bar.tty and bar.bar is None
     for i in range(1000):
         clock.t = i * 0.01
@@ -384,6 +384,38 @@ def test_progress_plain_every_ten_percent():
     assert "\r" not in stream.getvalue()
     assert lines[0].startswith("eval:  10%|#") and "100/1000" in lines[0]
     assert "100%" in lines[-1] and "acc=0.5" in lines[-1]
+
+
+def test_progress_plain_lines_are_at_least_plain_interval_apart():
+    # A log file: a tenth prints only plain_interval (30 s) after the start or the last line;
+    # the end always prints, once, with the whole count and the rate.
+    clock, stream = Clock(), io.StringIO()
+    with Progress(100, "epoch 1", stream=stream, clock=clock, unit="step") as bar:
+        for i in range(100):
+            clock.t = (i + 1) * 0.05  # a 5-second epoch
+            bar.update(1)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("epoch 1: 100%") and "100/100" in lines[0]
+    assert "20.00step/s" in lines[0]
+
+    stream = io.StringIO()
+    with Progress(100, stream=stream, clock=clock) as bar:
+        start = clock.t
+        for i in range(100):
+            clock.t = start + (i + 1) * 1.0  # 100 s: a tenth every 10 s
+            bar.update(1)
+        bar.update(0)  # past the end: no second final line
+    done = [line.split("|")[0].strip() for line in stream.getvalue().splitlines()]
+    assert done == ["30%", "60%", "90%", "100%"]
+
+    stream = io.StringIO()
+    with Progress(100, stream=stream, clock=clock) as bar:
+        clock.t += 40.0  # a slow first tenth (compilation) shows at once
+        bar.update(10)
+        clock.t += 1.0
+        bar.update(10)  # 1 s later: too soon
+    lines = stream.getvalue().splitlines()  # closed early: the count reached
+    assert [line.split("|")[0].strip() for line in lines] == ["10%", "20%"]
 
 
 def test_progress_plain_close_early_and_unknown_total():

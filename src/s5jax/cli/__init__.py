@@ -928,8 +928,8 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(args.quiet, args.verbose)
     from ..data import set_progress_factory
 
-    # Dataset preparation draws its progress with the trainer's bar (tqdm on a terminal, 10 %
-    # lines otherwise); `-q` leaves only its log lines, which the level then hides.
+    # Dataset preparation draws its progress with the trainer's bar (tqdm on a terminal, a
+    # line per 10 % and 30 s otherwise); `-q` leaves only its log lines, which the level hides.
     previous_factory = set_progress_factory(None if args.quiet else _data_progress)
     # The command prints the `s5jax` records itself; a root handler that a library installs
     # (absl's logging calls `logging.basicConfig()` when orbax logs) would print each again.

@@ -4,9 +4,11 @@ On a terminal (TTY) `Progress` is a `tqdm` bar redrawn in place, as wide as the 
 (`dynamic_ncols`), with the values of `update(**postfix)` after the rate. Its rate is tqdm's
 exponential moving average (`smoothing`), so the first step of a run, which includes the
 compilation, stops weighing on the rate and ETA after a few redraws instead of for the whole
-epoch. Elsewhere (CI, log files) a line formatted by `tqdm.format_meter` is printed each time
-another ~10% is done (or, with an unknown total, at most every `plain_interval` seconds), so
-logs stay short:
+epoch. Elsewhere (CI, log files) a line formatted by `tqdm.format_meter` is printed when
+another ~10% is done and `plain_interval` seconds (30) have passed since the bar began or
+its last line, and once at the end with the whole count, elapsed time and rate (with an
+unknown total: at most every `plain_interval` seconds). A log file gets one line per
+short epoch and about one per 30 s of a long one:
 
     epoch 3:  45%|####5     | 450/1000 [00:12<00:14, 37.50step/s, loss=0.1230]
 """
@@ -58,7 +60,8 @@ class Progress:
       terminal.
     - `clock`: the monotonic clock of the plain lines (injectable for tests).
     - `min_interval`: on a terminal, the minimal time between two redraws.
-    - `plain_interval`: with an unknown total and no terminal, the minimal time between lines.
+    - `plain_interval`: without a terminal, the minimal time between two lines, or between
+      the start and the first line (`close` prints the last line, with the count reached).
 
     Use as a context manager or call `close()`.
     """
@@ -140,7 +143,8 @@ class Progress:
             self.bar.update(n)
         elif self.total:
             decile = self._decile()
-            if decile > self._last_decile:
+            since = self._clock() - max(self._start, self._last_line)
+            if decile > self._last_decile and since >= self.plain_interval:
                 self._last_decile = decile
                 self._print_line()
         elif self._clock() - self._last_line >= self.plain_interval:
@@ -166,7 +170,7 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
         elif self.total is None or self._last_decile < 10:
-            self._print_line()
+            self._print_line()  # the end: the count, elapsed time and rate reached
 
     def __enter__(self) -> Progress:
         return self
