@@ -378,12 +378,17 @@ def test_wrong_override_type_names_key_type_and_value(override, pattern):
         (dict(n_layers=True), r"model\.n_layers = True: expected int"),  # bool is an int subclass
         (dict(conj_sym=1), r"model\.conj_sym = 1: expected bool"),
         (dict(head="gaussian"), r"'gaussian' head .* model\.pooling = 'none'"),
-        (dict(pooling="none"), r"'classification' head needs one vector"),
+        (dict(head="retrieval", pooling="none"), r"'retrieval' head compares one vector"),
     ],
 )
 def test_model_validation(kwargs, pattern):
     with pytest.raises(ConfigError, match=pattern):
         ModelConfig(**kwargs)
+
+
+def test_a_classification_head_may_label_every_step():
+    # pooling "none": one label per step (sequence labelling), as regression has per step
+    assert ModelConfig(pooling="none", head="classification").pooling == "none"
 
 
 def test_odd_blocks_are_fine_without_conj_sym():

@@ -257,7 +257,7 @@ def test_classes_key_names_integer_labels(tmp_path):
         ),
         (
             lambda a: a.update(y_val=np.array([["x"] * 2] * 5)),
-            [r"key 'y_val' has shape \(5, 2\); class labels must be \(N,\)"],
+            [r"key 'y_val' has shape \(5, 2\); classification labels must be \(N,\)"],
         ),
         (lambda a: a.update(y_train=np.array([b"\xff"] * 12)), [r"not UTF-8 text"]),
         (
@@ -491,8 +491,20 @@ def test_wrong_input_rank(tmp_path, x, pattern):
 
 def test_wrong_label_rank(tmp_path):
     arrays = _classification()
-    arrays["y_train"] = np.zeros((12, L), int)
-    _fails(tmp_path, arrays, r"'y_train' has shape \(12, 9\); classification labels must be \(N,\)")
+    arrays["y_train"] = np.zeros((12, L + 1), int)
+    _fails(
+        tmp_path,
+        arrays,
+        r"'y_train' has shape \(12, 10\); classification labels must be \(N,\), one per "
+        r"example, or \(N, L\) = \(N, 9\), one per step",
+    )
+    arrays["y_train"] = np.zeros((12, L), int)  # per step, but the other splits per example
+    _fails(
+        tmp_path,
+        arrays,
+        r"'y_val' has shape \(5,\) \(one label per example\) but y_train has one per step "
+        r"\(12, 9\); store every split's labels the same way",
+    )
 
 
 def test_wrong_target_rank(tmp_path):

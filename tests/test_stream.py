@@ -125,6 +125,7 @@ HEADS_AND_POOLINGS = [
     ("classification", "mean"),
     ("classification", "masked_mean"),
     ("classification", "last"),
+    ("classification", "none"),
     ("regression", "mean"),
     ("regression", "none"),
     ("gaussian", "none"),

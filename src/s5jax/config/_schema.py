@@ -202,10 +202,10 @@ class ModelConfig:
                 f"model.pooling = {self.pooling!r}: the 'gaussian' head predicts every step and "
                 "needs model.pooling = 'none'",
             )
-        if self.head in ("classification", "retrieval"):
+        if self.head == "retrieval":
             _require(
                 self.pooling != "none",
-                f"model.pooling = 'none': the {self.head!r} head needs one vector per sequence; "
+                "model.pooling = 'none': the 'retrieval' head compares one vector per document; "
                 "use 'mean', 'masked_mean' or 'last'",
             )
 

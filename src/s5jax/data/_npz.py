@@ -9,6 +9,7 @@ without any val key, `load_user_npz` carves the val split from the training spli
 |                   | (N, L) integer             | or token ids `0 .. vocab_size - 1`             |
 | `y_{split}`       | (N,) integer               | classification: labels `0 .. n_classes - 1`    |
 |                   | (N,) str                   | or class names (`"cat"`, `"dog"`, ...)         |
+|                   | (N, L) integer or str      | classification per step (sequence labelling)   |
 |                   | (N,) or (N, K) float       | regression: a target (vector) per sequence     |
 |                   | (N, L) or (N, L, K) float  | regression: a target (vector) per step         |
 | `lengths_{split}` | (N,) integer, optional     | valid steps of each padded sequence, 1 .. L    |
@@ -29,10 +30,11 @@ is a number), over the names of all splits.
 
 L and D must be the same in every split; N may differ. Inputs, targets and times must be
 finite on every valid step. With `lengths_{split}`, the padding steps (`k >= lengths[i]`) may
-hold anything: NaN and Inf in inputs and per-step targets read as 0 there (no figure reads
-a padding target), and the padding's times are replaced by times that go on from each
-example's last valid time in steps of the split's median valid step. Per-step targets are
-stored as (N, L, K) (K = 1 for (N, L)). For example, 4-class classification of 3-feature sequences:
+hold anything: NaN and Inf in inputs and per-step targets, and any per-step label (−1, NaN,
+an empty name), read as 0 there (no figure reads a padding target), and the padding's times
+are replaced by times that go on from each example's last valid time in steps of the split's
+median valid step. Per-step targets are stored as (N, L, K) (K = 1 for (N, L)). For example,
+4-class classification of 3-feature sequences:
 
 ```python
 import numpy as np
@@ -196,14 +198,21 @@ def _as_text(r, key: str, arr: np.ndarray) -> np.ndarray:
         except UnicodeDecodeError as e:
             raise r.error(key, f"holds bytes that are not UTF-8 text ({e.reason})") from None
     arr = np.char.strip(arr)
-    empty = np.flatnonzero(arr.reshape(-1) == "")
-    if len(empty):
+    if arr.ndim <= 1:  # a label per step may be empty on padding (`_named_labels`)
+        _no_empty_name(r, key, arr, arr == "")
+    return arr
+
+
+def _no_empty_name(r, key: str, arr: np.ndarray, empty: np.ndarray) -> None:
+    """An error at the first empty class name among `empty`'s entries of `arr`."""
+    if empty.any():
+        at = tuple(int(i) for i in np.argwhere(empty)[0])
+        where = f"index {at[0]}" if arr.ndim <= 1 else f"(example, step) {at}"
         raise r.error(
             key,
-            f"has an empty class name at index {int(empty[0])} (a missing label?); drop the "
-            "example or name its class",
+            f"has an empty class name at {where} (a missing label?); drop the example or "
+            "name its class",
         )
-    return arr
 
 
 def _padding(lengths: np.ndarray, L: int, ndim: int) -> np.ndarray:
@@ -516,9 +525,49 @@ def _label_names(r: _Reader, n_classes: int | None) -> list[str] | None:
     return names.tolist()
 
 
-def _named_labels(r: _Reader) -> tuple[dict[str, np.ndarray], list[str]] | None:
+def _first(bad: np.ndarray) -> str:
+    """Where the first True of `bad` is: the example, or (example, step) per step."""
+    first = np.argwhere(bad)[0]
+    return str(int(first[0])) if bad.ndim == 1 else str(tuple(int(i) for i in first))
+
+
+def _label_steps(
+    r: _Reader, L: int, lengths: dict[str, np.ndarray | None]
+) -> dict[str, np.ndarray] | None:
+    """Where the labels are: None for one label per example ((N,) in every split), else,
+    for one label per step ((N, L) in every split), each split's mask of its valid steps
+    (all of them without `lengths_*`; a padding step's label is never read)."""
+    shapes = {s: r.arrays[f"y_{s}"].shape for s in r.splits}
+    steps = {s: len(shape) == 2 and shape[1] == L for s, shape in shapes.items()}
+    for s, shape in shapes.items():
+        if len(shape) != 1 and not steps[s]:
+            raise r.error(
+                f"y_{s}",
+                f"has shape {shape}; classification labels must be (N,), one per example, or "
+                f"(N, L) = (N, {L}), one per step (for vector targets, store float regression "
+                "targets)",
+            )
+    if not any(steps.values()):
+        return None
+    if not all(steps.values()):
+        one = next(s for s, step in steps.items() if not step)
+        raise r.error(
+            f"y_{one}",
+            f"has shape {shapes[one]} (one label per example) but y_train has one per step "
+            f"{shapes['train']}; store every split's labels the same way",
+        )
+    return {
+        s: np.ones(shapes[s], bool) if n is None else ~_padding(n, L, 2) for s, n in lengths.items()
+    }
+
+
+def _named_labels(
+    r: _Reader, valid: dict[str, np.ndarray] | None
+) -> tuple[dict[str, np.ndarray], list[str]] | None:
     """Labels stored as class names: the names numbered in sorted order (numeric order when
-    every name is a number, as for a `.ts` file) over all splits, or None for numbers."""
+    every name is a number, as for a `.ts` file) over all splits, or None for numbers.
+    Per-step names (`valid`: each split's valid steps) are numbered over the valid steps;
+    a padding step reads as label 0."""
     from ._uea import _class_order
 
     named = [s for s in r.splits if _is_text(r.arrays[f"y_{s}"])]
@@ -538,58 +587,67 @@ def _named_labels(r: _Reader) -> tuple[dict[str, np.ndarray], list[str]] | None:
                 "is given but the labels are class names, which give the classes and their "
                 f"count; drop {key} (or store integer labels)",
             )
-    for s in r.splits:
+
+    def names_of(s: str) -> np.ndarray:
         y = r.arrays[f"y_{s}"]
-        if y.ndim != 1:
-            raise r.error(f"y_{s}", f"has shape {y.shape}; class labels must be (N,), one "
-                          "name per example")  # fmt: skip
-    unique = {s: np.unique(r.arrays[f"y_{s}"], return_inverse=True) for s in r.splits}
+        if valid is None:
+            return y
+        _no_empty_name(r, f"y_{s}", y, (y == "") & valid[s])
+        return y[valid[s]]
+
+    unique = {s: np.unique(names_of(s), return_inverse=True) for s in r.splits}
     names = _class_order(sorted(set().union(*(found.tolist() for found, _ in unique.values()))))
     index = {c: i for i, c in enumerate(names)}
-    labels = {
-        s: np.array([index[c] for c in found.tolist()], np.int32)[inverse.reshape(-1)]
-        for s, (found, inverse) in unique.items()
-    }
+    labels = {}
+    for s, (found, inverse) in unique.items():
+        numbered = np.array([index[c] for c in found.tolist()], np.int32)[inverse.reshape(-1)]
+        if valid is not None:
+            numbered, steps = np.zeros(valid[s].shape, np.int32), numbered
+            numbered[valid[s]] = steps
+        labels[s] = numbered
     return labels, names
 
 
 def _check_labels(
-    r: _Reader, n_classes: int | None
-) -> tuple[dict[str, np.ndarray], int, list[str] | None]:
-    """The labels of every split as int32 0 .. C-1, C, and the class names (or None)."""
-    named = _named_labels(r)
+    r: _Reader, n_classes: int | None, L: int, lengths: dict[str, np.ndarray | None]
+) -> tuple[dict[str, np.ndarray], int, list[str] | None, bool]:
+    """The labels of every split as int32 0 .. C-1, C, the class names (or None), and
+    whether there is one label per step ((N, L); a padding step, beyond `lengths_*`, may
+    hold anything, NaN or −1 say, and reads as 0: no figure reads it)."""
+    valid = _label_steps(r, L, lengths)
+    named = _named_labels(r, valid)
     if named is not None:
         labels, names = named
-        return _check_classes(r, labels, len(names), names, None), len(names), names
+        labels = _check_classes(r, labels, len(names), names, None, valid)
+        return labels, len(names), names, valid is not None
     names = _label_names(r, n_classes)
     if names is not None and n_classes is None:
         n_classes = len(names)
     labels = {}
     for s in r.splits:
         key, y = f"y_{s}", r.arrays[f"y_{s}"]
-        if y.ndim != 1:
-            raise r.error(
-                key,
-                f"has shape {y.shape}; classification labels must be (N,), one integer per "
-                "example (for per-step or vector targets, store float regression targets)",
-            )
+        mask = np.ones(y.shape, bool) if valid is None else valid[s]
+        where = "example" if valid is None else "(example, step)"
         if not _is_int(y):
-            _check_finite(r, key, y)
-            if not np.array_equal(y, np.round(y)):
-                bad = int(np.flatnonzero(y != np.round(y))[0])
+            y = _check_finite(r, key, y, lengths[s], steps=valid is not None)
+            whole = y == np.round(y)
+            if not whole[mask].all():
+                first = f"{y[~whole & mask][0].item()!r} at {where} {_first(~whole & mask)}"
                 raise r.error(
                     key,
-                    f"has non-integer label {y[bad].item()!r} at example {bad}; classification "
-                    "labels must be integers 0 .. n_classes-1 (for real-valued targets use "
-                    "task='regression')",
+                    f"has non-integer label {first}; "
+                    "classification labels must be integers 0 .. n_classes-1 (for real-valued "
+                    "targets use task='regression')",
                 )
-        if y.min() < 0:
+        y = np.where(mask, y, 0)  # padding steps: label 0, never read
+        if y.size and y.min() < 0:
+            first = f"{y.min().item()!r} at {where} {_first((y < 0) & mask)}"
             raise r.error(
                 key,
-                f"has negative label {y.min().item()!r}; labels must be 0 .. n_classes-1 "
-                "(map your classes to consecutive integers from 0)",
+                f"has negative label {first}; labels must be 0 .. n_classes-1 (map your "
+                "classes to consecutive integers from 0)",
             )
-        if y.max() > np.iinfo(np.int32).max:  # it would wrap around in int32
+        if y.size and y.max() > np.iinfo(np.int32).max:  # it would wrap around in int32
             raise r.error(
                 key,
                 f"has label {y.max().item()!r}; labels must be 0 .. n_classes-1 (map your "
@@ -612,7 +670,8 @@ def _check_labels(
                 f"has label {int(y.max())} but {count}; labels must be 0 .. {n_classes - 1} "
                 f"({fix} or fix the labels)",
             )
-    return _check_classes(r, labels, n_classes, names, given), n_classes, names
+    labels = _check_classes(r, labels, n_classes, names, given, valid)
+    return labels, n_classes, names, valid is not None
 
 
 def _check_classes(
@@ -621,9 +680,11 @@ def _check_classes(
     n_classes: int,
     names: list[str] | None,
     given: int | None,
+    valid: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """At least two classes; warn about classes the training split never shows, and about
-    numbers 0 .. C-1 no split uses when C came from the largest label (1-based labels)."""
+    numbers 0 .. C-1 no split uses when C came from the largest label (1-based labels).
+    Per-step labels count on their `valid` steps only."""
 
     def shown(classes) -> str:
         classes = [names[c] if names else str(c) for c in classes]
@@ -635,8 +696,9 @@ def _check_classes(
             f"gives only {n_classes} class; classification needs at least 2 (set n_classes "
             "if some classes are missing from the data)",
         )
-    used = set(np.unique(np.concatenate(list(labels.values()))).tolist())
-    unseen = sorted(used - set(np.unique(labels["train"]).tolist()))
+    read = labels if valid is None else {s: y[valid[s]] for s, y in labels.items()}
+    used = set(np.unique(np.concatenate(list(read.values()))).tolist())
+    unseen = sorted(used - set(np.unique(read["train"]).tolist()))
     if unseen:
         _warn_once(
             "%s: class(es) %s appear in y_val/y_test but never in y_train: the model cannot "
@@ -767,9 +829,11 @@ def load_user_npz(
 
     meta: dict[str, Any] = {"source": str(path), "format": "user_npz", "seq_len": L}
     if task == "classification":
-        ys, n_classes, names = _check_labels(r, n_classes_key)
+        ys, n_classes, names, per_step = _check_labels(r, n_classes_key, L, lengths)
         if names is not None:
             meta["classes"] = names
+        if per_step:
+            meta["per_step"] = True
     else:
         if "classes" in r.arrays:
             raise r.error("classes", "is given but the task is regression; drop classes")
@@ -811,9 +875,12 @@ def _carve_val(splits, task, val_fraction, val_seed, path, meta) -> dict[str, Sp
         )
         return splits
     try:
+        # labels per step: no class per example to stratify by, a random draw
+        how_drawn = "regression" if meta.get("per_step") else task
         val_idx, how = _val_indices(
-            np.asarray(train.y), task, val_fraction, val_seed, "add x_val and y_val to the file"
-        )
+            np.asarray(train.y), how_drawn, val_fraction, val_seed,
+            "add x_val and y_val to the file",
+        )  # fmt: skip
     except DatasetError as e:
         raise DatasetError(f"{path}: {e}") from None
     meta["val_split"] = f"val carved from the training split of {path.name}: {how}"
@@ -836,6 +903,8 @@ def describe(dataset: PreparedDataset) -> str:
     x0 = splits[0][1].x
     if dataset.task == "classification":
         task = f"classification into {dataset.n_classes} classes"
+        if dataset.meta.get("per_step"):
+            task += ", a label per step"
     else:
         y0 = splits[0][1].y
         per_step = dataset.meta.get("per_step", y0.ndim == 3)

@@ -189,7 +189,8 @@ def inspect_data(dataset: PreparedDataset) -> DataFacts:
         mean = (xd * mask).sum(axis=1) / count
         std = np.sqrt((((xd - mean[:, None]) * mask) ** 2).sum(axis=1) / count)
         spread = _quantile_spread(std)
-    per_step = dataset.task == "regression" and np.asarray(train.y).ndim == 3
+    # a target per step: regression (N, L, K), or classification labels (N, L)
+    per_step = np.asarray(train.y).ndim == (3 if dataset.task == "regression" else 2)
     time_step = None
     if train.t is not None:
         t = np.asarray(train.t, np.float64)
@@ -223,6 +224,11 @@ def inspect_data(dataset: PreparedDataset) -> DataFacts:
     )
 
 
+def _text(value: Any) -> str:
+    """A setting's value as the user writes it (`true`, `example`)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _examples(n: int) -> str:
     return f"{n} training example" + ("" if n == 1 else "s")
 
@@ -250,12 +256,22 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
         return default
 
     user_causal = bool(user.get("model.causal", False))
-    causal = user_causal or (facts.per_step and user.get("data.normalize") != "example")
+    # Per-step targets make a causal model unless the user's settings read whole sequences:
+    # model.causal = false, model.bidirectional = true, or example statistics.
+    whole = {
+        "model.causal": False,
+        "model.bidirectional": True,
+        "data.normalize": "example",
+    }
+    reads_whole = [f"{k} = {_text(v)}" for k, v in whole.items() if k in user and user[k] == v]
+    causal = user_causal or (facts.per_step and not reads_whole)
     if facts.per_step:
         choose(
             "model.causal",
             causal,
-            "per-step targets: each output from the steps up to it, as online use needs",
+            "per-step targets: each output from the steps up to it, as online use needs"
+            if causal
+            else f"per-step targets, but {reads_whole[0]}: each output reads the whole sequence",
         )
 
     # 1. normalisation
@@ -305,7 +321,11 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
         choose("model.bidirectional", False, f"{why}: causal layers read no future steps")
         choose("model.norm", "layer", f"{why}: LayerNorm normalises each step on its own")
     else:
-        why = "whole-sequence target: the paper's LRA recipe"
+        why = (
+            f"{reads_whole[0]}: whole sequences, the paper's LRA recipe"
+            if facts.per_step
+            else "whole-sequence target: the paper's LRA recipe"
+        )
         choose("model.bidirectional", True, why)
         choose("model.norm", "batch", why)
 

@@ -182,9 +182,14 @@ def _check_targets(
     never a target, as in training)."""
     n = len(y)
     if expect.head in ("classification", "retrieval"):
+        want = (n, *out_shape[:-1])
+        if lengths is not None and expect.pooling == "none" and y.shape == want:
+            # a label per step: a padding step's label (−1, NaN, any name) is never read
+            pad = _padding(lengths, y.shape[1], y.ndim)
+            fill = expect.classes[0] if y.dtype.kind == "U" and expect.classes else 0
+            y = np.where(pad, y.dtype.type(fill), y)
         if y.dtype.kind == "U":
             y = _label_indices(y, expect, error)
-        want = (n, *out_shape[:-1])
         integral = y.dtype.kind in "iu" or (
             y.dtype.kind == "f" and np.isfinite(y).all() and np.array_equal(y, np.round(y))
         )
