@@ -269,7 +269,8 @@ def choose_defaults(facts: DataFacts, user: dict[str, Any]) -> list[Choice]:
         choose(
             "model.causal",
             causal,
-            "per-step targets: each output from the steps up to it, as online use needs"
+            "per-step targets: each output from the steps up to it, as online use needs; "
+            "--set model.bidirectional=true reads whole sequences (offline use)"
             if causal
             else f"per-step targets, but {reads_whole[0]}: each output reads the whole sequence",
         )
