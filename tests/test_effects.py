@@ -191,22 +191,31 @@ def test_per_step_losses_average_only_the_valid_steps():
         assert not np.allclose(per_example_loss(kind, o, t)[0], want[0], rtol=1e-3), kind
 
 
-@pytest.mark.parametrize("members", [1, 2])
-def test_padding_targets_do_not_move_a_training_step(members):
-    """Per-step regression of padded sequences: one SGD step (single model and ensemble) gives
-    the same parameters whether the padding's targets are 0 or 100; a batch without
-    `lengths` (every step a target) is moved by them."""
+@pytest.mark.parametrize(
+    "head, members", [("regression", 1), ("regression", 2), ("classification", 1)]
+)
+def test_padding_targets_do_not_move_a_training_step(head, members):
+    """Per-step targets of padded sequences (regression, or a class label per step): one SGD
+    step (single model and ensemble) gives the same parameters whether the padding's targets
+    are 0 or 100 (labels 0 or 2); a batch without `lengths` (every step a target) is moved
+    by them."""
+    regression = head == "regression"
     cfg = ModelConfig(n_layers=2, d_model=8, ssm_size=8, blocks=2, pooling="none",
-                      head="regression", norm="layer", members=members)  # fmt: skip
-    model, state = build_model(cfg, d_input=2, n_outputs=1, key=jax.random.PRNGKey(0))
+                      head=head, norm="layer", members=members)  # fmt: skip
+    n_out = 1 if regression else 3
+    model, state = build_model(cfg, d_input=2, n_outputs=n_out, key=jax.random.PRNGKey(0))
     params, static = eqx.partition(model, eqx.is_inexact_array)
     opt = optax.sgd(0.1)
-    steps = make_steps(static, opt, "regression", members=members)
+    steps = make_steps(static, opt, head, members=members)
     rng = np.random.default_rng(5)
     lengths = np.array([12, 3, 8, 5])
-    valid = np.arange(12)[None, :, None] < lengths[:, None, None]
+    valid = np.arange(12)[None, :] < lengths[:, None]
     x = jnp.asarray(rng.normal(size=(4, 12, 2)), jnp.float32)
-    y = rng.normal(size=(4, 12, 1)).astype(np.float32)
+    if regression:
+        valid = valid[..., None]
+        y, pads = rng.normal(size=(4, 12, 1)).astype(np.float32), (0.0, 100.0)
+    else:
+        y, pads = rng.integers(0, n_out, (4, 12)).astype(np.int32), (0, 2)
 
     def stepped(pad, with_lengths=True):
         batch = {"x": x, "y": jnp.asarray(np.where(valid, y, pad)), "mask": jnp.ones(4, bool)}
@@ -216,12 +225,15 @@ def test_padding_targets_do_not_move_a_training_step(members):
                                      opt.init(params), batch, jax.random.PRNGKey(1))  # fmt: skip
         return jax.tree_util.tree_leaves(p), float(stats["loss"])
 
-    (a, loss_a), (b, loss_b) = stepped(0.0), stepped(100.0)
+    (a, loss_a), (b, loss_b) = stepped(pads[0]), stepped(pads[1])
     assert loss_a == pytest.approx(loss_b, rel=1e-6)
     for u, v in zip(a, b, strict=True):
         np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
-    _, loss_all = stepped(100.0, with_lengths=False)
-    assert loss_all > 100 * loss_a
+    _, loss_all = stepped(pads[1], with_lengths=False)
+    if regression:
+        assert loss_all > 100 * loss_a
+    else:
+        assert loss_all != pytest.approx(stepped(pads[0], with_lengths=False)[1], rel=1e-3)
 
 
 # --- a trained synthetic run shared by the evaluation tests --------------------------------------

@@ -4,24 +4,18 @@
 Views that must agree: the reader's labels with the file's on the valid steps; the figures
 of `s5jax predict` and `s5jax eval` with numpy's mean, over examples, of each one's accuracy
 on its valid steps, computed from the written `pred`; streamed with offline predictions;
-labels by name with labels by number; a training step whatever the padding's labels."""
+labels by name with labels by number. (A training step whatever the padding's labels:
+`tests/test_effects.py::test_padding_targets_do_not_move_a_training_step`.)"""
 
 import json
 
-import equinox as eqx
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from s5jax.cli import main
-from s5jax.config import ModelConfig
 from s5jax.data import DatasetError, load_user_npz
-from s5jax.nn import build_model
 from s5jax.train import evaluate_run, export_run, predict_run
 from s5jax.train._runs import user_data_defaults
-from s5jax.train._steps import make_steps
 
 from .test_predict import alone, make_run
 
@@ -158,37 +152,6 @@ def test_defaults_choose_a_causal_per_step_classifier(tmp_path):
         assert config.model.norm == "batch"
         reasons = " ".join(c.reason for c in chosen)
         assert setting.replace("=", " = ") in reasons
-
-
-def test_padding_labels_do_not_move_a_training_step():
-    """One SGD step of a per-step classifier is the same for padding labels 0 and 2, and
-    differs when there are no lengths (every step a label)."""
-    cfg = ModelConfig(n_layers=2, d_model=8, ssm_size=8, blocks=2, pooling="none",
-                      head="classification", norm="layer")  # fmt: skip
-    model, state = build_model(cfg, d_input=2, n_outputs=CLASSES, key=jax.random.PRNGKey(0))
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    opt = optax.sgd(0.1)
-    steps = make_steps(static, opt, "classification")
-    rng = np.random.default_rng(5)
-    lengths = np.array([L, 3, 8, 5])
-    valid = np.arange(L)[None, :] < lengths[:, None]
-    x = jnp.asarray(rng.normal(size=(4, L, 2)), jnp.float32)
-    y = rng.integers(0, CLASSES, (4, L))
-
-    def stepped(pad, with_lengths=True):
-        batch = {"x": x, "y": jnp.asarray(np.where(valid, y, pad), jnp.int32),
-                 "mask": jnp.ones(4, bool)}  # fmt: skip
-        if with_lengths:
-            batch["lengths"] = jnp.asarray(lengths, jnp.int32)
-        p, _, _, stats = steps.train(jax.tree.map(jnp.copy, params), state,
-                                     opt.init(params), batch, jax.random.PRNGKey(1))  # fmt: skip
-        return jax.tree_util.tree_leaves(p), float(stats["loss"])
-
-    (a, loss_a), (b, loss_b) = stepped(0), stepped(2)
-    assert loss_a == pytest.approx(loss_b, rel=1e-6)
-    for u, v in zip(a, b, strict=True):
-        np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
-    assert stepped(0, with_lengths=False)[1] != pytest.approx(stepped(2, with_lengths=False)[1])
 
 
 def _accuracy(pred, y, n):
