@@ -225,7 +225,7 @@ def inspect_data(dataset: PreparedDataset) -> DataFacts:
 
 
 def _text(value: Any) -> str:
-    """A setting's value as the user writes it (`true`, `example`)."""
+    """A setting's value as override text, as the user writes it (`true`, `example`)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

@@ -19,7 +19,7 @@ from ..data._uea import announce_val_split
 from ._checkpoint import Checkpoints
 from ._data_spec import DATA_SPEC, check_same_data, dataset_from_spec
 from ._datasets import load_dataset, load_user_data
-from ._defaults import N_LAYERS, choose_defaults, inspect_data, uncarved
+from ._defaults import N_LAYERS, _text, choose_defaults, inspect_data, uncarved
 from ._engine import _Run
 from ._rundir import run_order
 
@@ -148,11 +148,6 @@ def user_data_defaults(path: str | os.PathLike, overrides=(), *, selects_by_val:
     cfg = apply_overrides(cfg, [*settings, *overrides])
     dataset = normalize_dataset(with_digest(raw), cfg.data.normalize, cfg.data.normalize_targets)
     return cfg, dataset, facts, chosen
-
-
-def _text(value) -> str:
-    """A chosen value as override text."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _data_options(overrides) -> DataConfig:
