@@ -498,6 +498,8 @@ def test_wrong_label_rank(tmp_path):
         r"'y_train' has shape \(12, 10\); classification labels must be \(N,\), one per "
         r"example, or \(N, L\) = \(N, 9\), one per step",
     )
+    arrays["y_train"] = np.zeros((12, 1), int)  # a column vector (pandas, sklearn)
+    _fails(tmp_path, arrays, r"'y_train' has shape \(12, 1\); .* \(store y_train\.ravel\(\)\)")
     arrays["y_train"] = np.zeros((12, L), int)  # per step, but the other splits per example
     _fails(
         tmp_path,

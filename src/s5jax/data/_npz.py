@@ -541,11 +541,15 @@ def _label_steps(
     steps = {s: len(shape) == 2 and shape[1] == L for s, shape in shapes.items()}
     for s, shape in shapes.items():
         if len(shape) != 1 and not steps[s]:
+            fix = (
+                f"store y_{s}.ravel()"
+                if len(shape) == 2 and shape[1] == 1
+                else "for vector targets, store float regression targets"
+            )
             raise r.error(
                 f"y_{s}",
                 f"has shape {shape}; classification labels must be (N,), one per example, or "
-                f"(N, L) = (N, {L}), one per step (for vector targets, store float regression "
-                "targets)",
+                f"(N, L) = (N, {L}), one per step ({fix})",
             )
     if not any(steps.values()):
         return None
