@@ -11,6 +11,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from s5jax.cli import main
 from s5jax.data import DatasetError, load_user_npz
@@ -211,3 +213,53 @@ def test_a_run_trained_on_names_predicts_names(tmp_path, capsys):
     want = np.mean([np.mean(named[i, : n[i]] == arrays["y_test"][i, : n[i]])
                     for i in range(len(n))])  # fmt: skip
     assert got["accuracy"] == pytest.approx(float(want), abs=1e-6)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.data(),
+    kind=st.sampled_from(["int", "float", "str"]),
+    n=st.integers(2, 6),
+    length=st.integers(1, 7),
+)
+def test_any_padding_reads_as_label_zero(tmp_path, data, kind, n, length):
+    """Random lengths, labels and padding content (any integer, NaN or infinity, any name or
+    none): the labels read equal the file's on the valid steps (names numbered in sorted order)
+    and 0 on the padding, whatever the padding held."""
+    lengths = {s: np.array(data.draw(st.lists(st.integers(1, length), min_size=n, max_size=n)))
+               for s in ("train", "test")}  # fmt: skip
+    arrays, valid = {}, {}
+    for s in ("train", "test"):
+        valid[s] = np.arange(length)[None, :] < lengths[s][:, None]
+        labels = np.array(data.draw(st.lists(st.integers(0, 2), min_size=n * length,
+                                             max_size=n * length))).reshape(n, length)  # fmt: skip
+        labels[:, 0] = np.arange(n) % 3  # every class on a valid step of each split
+        labels[0, 0], labels[1 % n, 0] = 0, 1
+        if kind == "int":
+            pad = data.draw(st.integers(-(2**40), 2**40))
+            y = np.where(valid[s], labels, pad)
+        elif kind == "float":
+            pad = data.draw(st.sampled_from([np.nan, np.inf, -1.5, 1e30]))
+            y = np.where(valid[s], labels.astype(float), pad)
+        else:
+            pad = data.draw(st.sampled_from(["", "pad", "zebra", "a"]))
+            y = np.where(valid[s], NAMES[labels], pad)
+        arrays |= {f"x_{s}": np.zeros((n, length, 1), np.float32), f"y_{s}": y,
+                   f"lengths_{s}": lengths[s], f"_labels_{s}": labels}  # fmt: skip
+    expected = {s: arrays.pop(f"_labels_{s}") for s in ("train", "test")}
+    if kind == "float":
+        arrays["task"] = np.array("classification")
+    path = tmp_path / f"{kind}.npz"
+    np.savez(path, **arrays)
+    got = load_user_npz(path, val_fraction=0)
+    classes = sorted(set(np.concatenate([expected[s][valid[s]] for s in expected]).tolist()))
+    for s in ("train", "test"):
+        y = got.splits[s].y
+        assert (y[~valid[s]] == 0).all()
+        want = expected[s][valid[s]]
+        if kind == "str":  # numbered by the sorted names of the classes used
+            names = sorted(NAMES[classes].tolist())
+            want = np.array([names.index(c) for c in NAMES[want]])
+        np.testing.assert_array_equal(y[valid[s]], want)
