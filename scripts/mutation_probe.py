@@ -67,6 +67,7 @@ LOGGING = "tests/test_train_logging.py"
 PENDULUM = "tests/test_data_pendulum.py"
 TARGETS = "tests/test_target_scaling.py"
 STEP_LABELS = "tests/test_per_step_labels.py"
+BASELINE = "tests/test_constant_baseline.py"
 MUTATIONS = (
     # --- core: the paper's math ----------------------------------------------------------
     M("zoh-gamma-sign", "core/_discretize.py", "(Lambda_bar - 1) / Lambda",
@@ -1338,6 +1339,16 @@ MUTATIONS = (
     M("predict-step-labels-padding-read", "train/_predict.py",
       "y = np.where(pad, y.dtype.type(fill), y)", "pass", (STEP_LABELS,),
       "predict refuses the padding's −1 labels of a per-step file"),
+    M("baseline-counts-padding", "train/_engine.py",
+      "np.bincount(y_train[valid_train].reshape(-1)", "np.bincount(y_train.reshape(-1)",
+      (BASELINE,), "the majority class counts the padding steps' labels"),
+    M("baseline-figure-reads-padding", "train/_engine.py",
+      "return float(((steps * valid).sum(axis=1) / np.maximum(valid.sum(axis=1), 1)).mean())",
+      "return float(steps.mean())", (BASELINE,),
+      "the constant's figure averages padding steps in, unlike the metric"),
+    M("baseline-not-printed", "train/_engine.py",
+      'rows.append((f"{name} of a constant (ignores the inputs)", value, None))', "pass",
+      (BASELINE,), "the table leaves the constant baseline out"),
     M("schema-retrieval-pooling-none", "config/_schema.py",
       'if self.head == "retrieval":\n            _require(\n                self.pooling != "none"',
       'if False:\n            _require(\n                self.pooling != "none"',

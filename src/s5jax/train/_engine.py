@@ -678,6 +678,53 @@ def _final_metrics(run: _Run, history) -> dict[str, Any]:
     }
 
 
+def constant_baseline(
+    dataset: PreparedDataset, metric: str, per_step: bool
+) -> dict[str, Any] | None:
+    """The test figure of a prediction that ignores the inputs, as the run's metric computes
+    it: for `"accuracy"`, always the training split's most frequent class; for `"mse"`, the
+    training split's mean of each target. Per-step targets (`per_step`) count each example's
+    valid steps only, as the metric does, then average the examples. None without a train
+    and a test split.
+
+    It puts a figure in context: 0.97 accuracy is no result when 97% of the labels are one
+    class, nor an mse of 0.5 when the targets' variance is 0.5.
+
+    **Returns:** `{"value": figure, "what": a phrase naming the constant}`, or None.
+    """
+    train, test = dataset.splits.get("train"), dataset.splits.get("test")
+    if train is None or test is None or len(test) == 0 or len(train) == 0:
+        return None
+
+    def shaped(split) -> tuple[np.ndarray, np.ndarray]:
+        """y as (N, L, K) per step or (N, 1, K) per example, and its (N, L) valid steps."""
+        y = np.asarray(split.y)
+        y = y.reshape(*y.shape[:2], -1) if per_step else y.reshape(len(y), 1, -1)
+        valid = np.ones(y.shape[:2], bool)
+        if per_step and split.lengths is not None:
+            valid = np.arange(y.shape[1])[None, :] < np.asarray(split.lengths)[:, None]
+        return y, valid
+
+    def figure(values: np.ndarray, valid: np.ndarray) -> float:
+        """The metric's mean of (N, L, K) values: over each example's valid steps and its
+        targets, then over the examples."""
+        steps = values.mean(axis=2)
+        return float(((steps * valid).sum(axis=1) / np.maximum(valid.sum(axis=1), 1)).mean())
+
+    (y_train, valid_train), (y_test, valid_test) = shaped(train), shaped(test)
+    if metric == "accuracy":
+        top = int(np.argmax(np.bincount(y_train[valid_train].reshape(-1).astype(np.int64))))
+        names = dataset.meta.get("classes")
+        name = f"class {names[top]!r}" if names else f"class {top}"
+        value = figure((y_test == top).astype(np.float64), valid_test)
+        return {"value": value, "what": f"always {name}, the training split's most frequent"}
+    if metric == "mse":
+        mean = y_train[valid_train].astype(np.float64).mean(axis=0)  # (K,)
+        value = figure((y_test.astype(np.float64) - mean) ** 2, valid_test)
+        return {"value": value, "what": "the training split's mean of each target"}
+    return None
+
+
 def _finish(run: _Run, history, out) -> dict[str, Any]:
     paper = run.config.paper
     ours = history["test_at_best"]
@@ -696,6 +743,9 @@ def _finish(run: _Run, history, out) -> dict[str, Any]:
         "paper": None
         if paper is None
         else {"value": paper.value, "unit": paper.unit, "metric": paper.metric},
+        "baseline": constant_baseline(
+            run.dataset, run.metric, per_step=run.config.model.pooling == "none"
+        ),
     }
     print(results_text(summary), file=out)
     if not is_first_process():  # process 0 writes the run's files
@@ -722,8 +772,14 @@ def results_text(summary: dict[str, Any]) -> str:
     paper = summary["paper"]
     ours = _in_paper_units(summary["test_at_best_val"], paper and PaperResult(**paper))
     select = " at best val" if summary["select"] == "best_val" else " at last epoch"
-    rows = [(summary["metric"].replace("_", " ", 1) + select, ours, paper and paper["value"])]
+    name = summary["metric"].replace("_", " ", 1)
+    rows = [(name + select, ours, paper and paper["value"])]
+    if baseline := summary.get("baseline"):  # results.json of older runs has none
+        value = _in_paper_units(baseline["value"], paper and PaperResult(**paper))
+        rows.append((f"{name} of a constant (ignores the inputs)", value, None))
     lines = [summary_table(rows, headers=["metric", "ours", "paper"])]
+    if baseline:
+        lines.append(f"constant: {baseline['what']}")
     if summary["generated_data"]:
         lines.append(
             "note: trained and tested on generated data, not the published dataset; the "
