@@ -123,6 +123,10 @@ def test_seeds_summary_rerun_and_interrupted_seed(tmp_path, capsys):
     assert summary["std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2**0.5)
     assert "ours (mean ± sample std)" in (work / "summary.md").read_text()
     assert "ours (mean ± sample std)" in captured.out
+    # the constant baseline (one dataset): every seed's, once, in the summary's unit
+    assert summary["baseline"] == results["baseline"] and summary["unit"] == "1"
+    row = f"| a constant: {results['baseline']['what']} | {results['baseline']['value']:.4g} |"
+    assert row in (work / "summary.md").read_text()
     # The seeds differ: other initialisations and data orders.
     m0 = (work / "seed-0" / "metrics.jsonl").read_text()
     assert m0 != (work / "seed-1" / "metrics.jsonl").read_text()

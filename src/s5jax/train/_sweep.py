@@ -206,6 +206,9 @@ def seeds_summary(config: ExperimentConfig, records: list[dict[str, Any]]) -> di
     values = [row["value"] for row in rows if row["status"] == "done"]
     mean, std = _mean_std(values)
     paper = config.paper
+    # the constant prediction's test figure: one dataset, so the same for every seed
+    constant = next((r["results"]["baseline"] for r in records
+                     if (r.get("results") or {}).get("baseline")), None)  # fmt: skip
     return {
         "experiment": config.name,
         "metric": metric
@@ -222,6 +225,9 @@ def seeds_summary(config: ExperimentConfig, records: list[dict[str, Any]]) -> di
         "not_finished": [
             {"seed": f["seed"], "status": f["status"], "message": f.get("message")} for f in failed
         ],
+        "baseline": None
+        if constant is None
+        else {"value": constant["value"] / scale, "what": constant["what"]},
         "paper": None
         if paper is None
         else {
@@ -258,6 +264,8 @@ def seeds_table(summary: dict[str, Any]) -> str:
     if paper is not None and paper["value"] is not None:
         theirs = _fmt(paper["value"]) + ("" if paper["std"] is None else f" ± {_fmt(paper['std'])}")
         lines.append(f"| paper | {theirs} | {paper['seeds'] or '–'} |")
+    if constant := summary.get("baseline"):  # summaries written before it have none
+        lines.append(f"| a constant: {constant['what']} | {_fmt(constant['value'])} | – |")
     if summary["not_finished"]:
         lines += [
             "",
