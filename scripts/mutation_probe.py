@@ -68,6 +68,7 @@ PENDULUM = "tests/test_data_pendulum.py"
 TARGETS = "tests/test_target_scaling.py"
 STEP_LABELS = "tests/test_per_step_labels.py"
 BASELINE = "tests/test_constant_baseline.py"
+MASK = "tests/test_mask_padding.py"
 MUTATIONS = (
     # --- core: the paper's math ----------------------------------------------------------
     M("zoh-gamma-sign", "core/_discretize.py", "(Lambda_bar - 1) / Lambda",
@@ -1356,6 +1357,32 @@ MUTATIONS = (
       'if self.head == "retrieval":\n            _require(\n                self.pooling != "none"',
       'if False:\n            _require(\n                self.pooling != "none"',
       ("tests/test_config.py",), "a retrieval head without pooling passes the config check"),
+    M("mask-padding-ssm-reads-padding", "nn/_layers.py",
+      "x = jnp.where(valid[:, None], x, jnp.zeros_like(x))", "pass", (MASK,),
+      "the SSMs read the padding: a backward scan starts at the end of the padding"),
+    M("mask-padding-batchnorm-counts-padding", "nn/_norm.py",
+      "self._all_statistics if valid is None else self._valid_statistics",
+      "self._all_statistics", (MASK,),
+      "BatchNorm's training statistics count the padding steps"),
+    M("mask-padding-postnorm-unmasked", "nn/_layers.py",
+      "x, state = self.norm(x, state, inference=inference, valid=valid)\n        if self.prec",
+      "x, state = self.norm(x, state, inference=inference)\n        if self.prec", (MASK,),
+      "a post-norm layer's BatchNorm counts the padding"),
+    M("mask-padding-segments-wrong", "nn/_model.py",
+      "return (steps[None, :] < lengths[:, None]).reshape(L)",
+      "return jnp.arange(L) < lengths[0]", (MASK,),
+      "retrieval's second document is masked by the first one's length"),
+    M("mask-padding-variance-not-centred", "nn/_norm.py",
+      "centred = w * (x - _row(mean, x))", "centred = w * x", (MASK,),
+      "the masked variance is the raw second moment"),
+    M("mask-padding-not-chosen", "train/_defaults.py",
+      'if facts.lengths and (get("model.bidirectional", True)',
+      'if False and (get("model.bidirectional", True)', (MASK,),
+      "own padded data trains a bidirectional model on its padding"),
+    M("mask-padding-export-no-lengths", "train/_predict.py",
+      'if expect.pooling == "masked_mean" or model.mask_padding:',
+      'if expect.pooling == "masked_mean":', (MASK,),
+      "the exported forward of a per-step model that masks its padding takes no lengths"),
 )  # fmt: skip
 
 

@@ -46,6 +46,7 @@ OBSERVED = {
     "model.conj_sym": f"{HERE}::test_model_option_changes_the_model",
     "model.bidirectional": f"{HERE}::test_model_option_changes_the_model",
     "model.causal": "tests/test_defaults.py::test_user_causal_forces_unidirectional_and_refuses_example",
+    "model.mask_padding": "tests/test_mask_padding.py::test_training_ignores_the_padding",
     "model.discretization": f"{HERE}::test_model_option_changes_the_model",
     "model.c_init": f"{HERE}::test_model_option_changes_the_model",
     "model.lambda_init": f"{HERE}::test_model_option_changes_the_model",

@@ -116,6 +116,13 @@ class ModelConfig:
     `head_activation`: the hidden activation of the Gaussian head's two MLPs (`"tanh"`, the
     authors' pendulum code; `"relu"` is what runs from before this setting used).
 
+    `mask_padding = true`: on data with `lengths`, each layer's SSM reads zeros at the padding
+    steps and BatchNorm's training statistics count only the valid steps, so outputs at the
+    valid steps do not depend on the padding (a bidirectional layer's backward scan starts at
+    the last valid step). Off (the default, and the paper's runs), padding passes through the
+    SSMs as in the authors' model, and a bidirectional model's predictions change with how far
+    a sequence is padded. `s5jax train --data` turns it on for bidirectional models.
+
     `causal = true` marks a model meant for online use (each output from the steps so far):
     it rules out `bidirectional` and example normalisation (`data.normalize = "example"`).
 
@@ -136,6 +143,7 @@ class ModelConfig:
     conj_sym: bool = True
     bidirectional: bool = False
     causal: bool = False
+    mask_padding: bool = False
     discretization: Discretization = "zoh"
     c_init: CInit = "trunc_standard_normal"
     lambda_init: LambdaInit = "hippo"

@@ -62,6 +62,11 @@ class Ensemble(eqx.Module):
         return self.members.timestep_mode
 
     @property
+    def mask_padding(self) -> bool:
+        """The members' `mask_padding` (whether `lengths` mask the layers' padding)."""
+        return self.members.mask_padding
+
+    @property
     def pooling(self) -> str:
         """The members' `pooling`."""
         return self.members.pooling

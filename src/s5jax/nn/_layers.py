@@ -245,6 +245,7 @@ class SequenceLayer(eqx.Module):
         dt: Float[Array, " L"] | None = None,
         resets: Bool[Array, " L"] | None = None,
         segments: int = 1,
+        valid: Bool[Array, " L"] | None = None,
     ) -> tuple[Float[Array, "L H"], eqx.nn.State]:
         """Apply the layer to one sequence (call under `jax.vmap(..., axis_name="batch")`).
 
@@ -253,6 +254,10 @@ class SequenceLayer(eqx.Module):
         - `key`: dropout key (may be None at inference or without dropout).
         - `inference`: switch off dropout; BatchNorm uses its running statistics.
         - `step_rescale`, `dt`, `resets`, `segments`: passed to the SSM (see `S5SSM.__call__`).
+        - `valid`: the sequence's valid steps (`model.mask_padding`), or None. The SSM reads
+          zeros at the other steps (padding), and BatchNorm's training statistics count only
+          the valid ones: the outputs at valid steps then do not depend on the padding,
+          neither its content nor its length (a backward scan starts at the last valid step).
 
         **Returns:** `(y, state)` with y (L, H).
         """
@@ -260,11 +265,13 @@ class SequenceLayer(eqx.Module):
             x = x.astype(compute_dtype(self.precision))
         skip = x
         if self.prenorm:
-            x, state = self.norm(x, state, inference=inference)
+            x, state = self.norm(x, state, inference=inference, valid=valid)
+        if valid is not None:
+            x = jnp.where(valid[:, None], x, jnp.zeros_like(x))
         x = self.ssm(x, step_rescale=step_rescale, dt=dt, resets=resets, segments=segments)
         x = skip + self.activate(x, key=key, inference=inference)
         if not self.prenorm:
-            x, state = self.norm(x, state, inference=inference)
+            x, state = self.norm(x, state, inference=inference, valid=valid)
         if self.precision == "fp32" and _materialises(self.ssm):
             x = native_materialise(x)
         return x, state

@@ -107,11 +107,20 @@ def _split(key: PRNGKeyArray | None, n: int):
 REMAT = ("none", "layers", "ssm")
 
 
-def _call_layer(layer, x, state, key, inference, step_rescale, dt, resets, segments):
+def _call_layer(layer, x, state, key, inference, step_rescale, dt, resets, segments, valid):
     return layer(
         x, state, key=key, inference=inference, step_rescale=step_rescale, dt=dt, resets=resets,
-        segments=segments,
+        segments=segments, valid=valid,
     )  # fmt: skip
+
+
+def _valid_steps(L: int, lengths) -> Bool[Array, " L"]:
+    """The first `lengths` of L steps (`lengths` (2,) for two segments of L // 2 steps)."""
+    lengths = jnp.asarray(lengths)
+    if lengths.ndim == 0:
+        return jnp.arange(L) < lengths
+    steps = jnp.arange(L // lengths.shape[0])
+    return (steps[None, :] < lengths[:, None]).reshape(L)
 
 
 class _CheckpointedSSM(eqx.Module):
@@ -169,6 +178,13 @@ class S5Model(eqx.Module):
     cancels the saving: start JAX with
     `XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false` (benchmarks/README.md).
 
+    `cfg.mask_padding` (False when absent): with `lengths` given, every layer's SSM reads
+    zeros at the padding steps and BatchNorm's training statistics count only the valid ones,
+    so the outputs at valid steps do not depend on the padding (its content or how far a
+    sequence is padded): a bidirectional layer's backward scan starts at the last valid step.
+    Off, padding passes through the encoder and the SSMs as in the authors' model (reference
+    semantics §4), and a bidirectional model's outputs move with the padding.
+
     `cfg.precision` (`"fp32"` when absent): `"bf16"` is mixed precision. Parameters stay
     float32; matrix products take bfloat16 operands and accumulate in float32; activations and
     the residual stream are bfloat16 (GELU and the gate's sigmoid computed in float32, rounded
@@ -184,6 +200,7 @@ class S5Model(eqx.Module):
     timestep_mode: str = eqx.field(static=True)
     remat: str = eqx.field(static=True)
     precision: str = eqx.field(static=True)
+    mask_padding: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -210,6 +227,7 @@ class S5Model(eqx.Module):
         self.pooling, self.timestep_mode = cfg.pooling, cfg.timestep_mode
         self.remat = remat
         self.precision = _precision(cfg)
+        self.mask_padding = bool(getattr(cfg, "mask_padding", False))
 
     def _to_float32(self, h):
         """The features in float32 for pooling and the head (a no-op under `"fp32"`)."""
@@ -219,14 +237,24 @@ class S5Model(eqx.Module):
         """The parameters' real dtype (the dtype of the head's outputs)."""
         return jax.tree_util.tree_leaves(self.head)[0].dtype
 
-    def stack(self, x, state, *, key, inference, step_rescale, dt=None, resets=None, segments=1):
+    def stack(
+        self, x, state, *, key, inference, step_rescale, dt=None, resets=None, segments=1,
+        lengths=None,
+    ):  # fmt: skip
         """The sequence layers on encoded features (L, H): returns `(features, state)`.
-        `segments`: x is that many independent sequences laid end to end (`S5SSM.__call__`)."""
+        `segments`: x is that many independent sequences laid end to end (`S5SSM.__call__`).
+        `lengths`: each segment's valid steps, read when `mask_padding` is on (see `S5Model`).
+        """
         call = eqx.filter_checkpoint(_call_layer) if self.remat == "layers" else _call_layer
+        valid = None
+        if self.mask_padding and lengths is not None:
+            valid = _valid_steps(x.shape[0], lengths)
         for layer, k in zip(self.layers, _split(key, len(self.layers)), strict=True):
             if self.remat == "ssm":
                 layer = eqx.tree_at(lambda m: m.ssm, layer, _CheckpointedSSM(layer.ssm))
-            x, state = call(layer, x, state, k, inference, step_rescale, dt, resets, segments)
+            x, state = call(
+                layer, x, state, k, inference, step_rescale, dt, resets, segments, valid
+            )
         return x, state
 
     def __call__(
@@ -247,7 +275,8 @@ class S5Model(eqx.Module):
         - `state`: the model state (BatchNorm running statistics).
         - `key`: dropout key (may be None at inference or without dropout).
         - `inference`: no dropout; BatchNorm uses its running statistics.
-        - `lengths`: valid steps (masked-mean pooling); (2,) for retrieval.
+        - `lengths`: valid steps (masked-mean and last-step pooling, per-step targets,
+          `mask_padding`); (2,) for retrieval.
         - `dt`: per-step Δ multipliers [1, t_1 − t_0, …] (`s5jax.core.step_multipliers`):
           used by the SSMs in timestep_mode "irregular", appended to the encoder features in
           "append", ignored in "drop".
@@ -265,8 +294,9 @@ class S5Model(eqx.Module):
             h = self.encoder(x)
         ssm_dt = dt if self.timestep_mode == "irregular" else None
         h, state = self.stack(
-            h, state, key=key, inference=inference, step_rescale=step_rescale, dt=ssm_dt
-        )
+            h, state, key=key, inference=inference, step_rescale=step_rescale, dt=ssm_dt,
+            lengths=lengths,
+        )  # fmt: skip
         h = self._to_float32(h)
         if self.pooling in ("masked_mean", "last"):
             h = pool(h, self.pooling, lengths)
@@ -285,8 +315,9 @@ class S5Model(eqx.Module):
         L = x.shape[1]
         h = jax.vmap(self.encoder)(x).reshape(2 * L, -1)
         h, state = self.stack(
-            h, state, key=key, inference=inference, step_rescale=step_rescale, segments=2
-        )
+            h, state, key=key, inference=inference, step_rescale=step_rescale, segments=2,
+            lengths=lengths,
+        )  # fmt: skip
         h = self._to_float32(h.reshape(2, L, -1))
         o0 = pool(h[0], "masked_mean", lengths[0])
         o1 = pool(h[1], "masked_mean", lengths[1])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from ..core import _native, _products
 from ._dense import check_precision, compute_dtype
@@ -106,7 +106,9 @@ class BatchNorm(eqx.Module):
     """Batch normalisation over batch × time per feature, with flax's running statistics.
 
     Training (`inference=False`): normalise with the batch mean and the biased batch variance
-    over all B·L positions (padding included), and update the running statistics as
+    over all B·L positions (padding included, as the authors' model does), or over the valid
+    steps only when the call gives them (`valid`: `model.mask_padding`), and update the
+    running statistics as
     `running = momentum · running + (1 − momentum) · batch_statistic`. Inference: normalise
     with the running statistics; the state is returned unchanged. y = scale · x̂ + bias.
 
@@ -147,7 +149,12 @@ class BatchNorm(eqx.Module):
         self.precision = check_precision(precision)
 
     def __call__(
-        self, x: Float[Array, "L H"], state: eqx.nn.State, *, inference: bool = False
+        self,
+        x: Float[Array, "L H"],
+        state: eqx.nn.State,
+        *,
+        inference: bool = False,
+        valid: Bool[Array, " L"] | None = None,
     ) -> tuple[Float[Array, "L H"], eqx.nn.State]:
         """Normalise one sequence of a batch (call under `jax.vmap(..., axis_name=...)`).
 
@@ -155,6 +162,8 @@ class BatchNorm(eqx.Module):
         - `x`: one sequence (L, H).
         - `state`: the model state holding the running (mean, var).
         - `inference`: use the running statistics instead of the batch's.
+        - `valid`: the steps the training statistics count (the rest, padding, are normalised
+          with them but not counted); None counts all L steps. Unused at inference.
 
         **Returns:** `(y, state)`, y (L, H); in training, the state has the updated statistics.
         """
@@ -166,23 +175,45 @@ class BatchNorm(eqx.Module):
         if inference:
             mean, var = running_mean, running_var
         else:
-            # Every example has the same L, so the mean of per-example means is the mean
-            # over batch × time.
-            try:
-                mean = jax.lax.pmean(jnp.mean(x, axis=0), self.axis_name)
-            except NameError as error:
-                raise ValueError(
-                    f"BatchNorm in training mode reduces over the batch: call the model under "
-                    f"jax.vmap(..., axis_name={self.axis_name!r}) (or pass inference=True)"
-                ) from error
-            square_mean = _centred_square_mean if closed_form else _plain_square_mean
-            var = jax.lax.pmean(square_mean(x, mean), self.axis_name)
+            statistics = self._all_statistics if valid is None else self._valid_statistics
+            mean, var = statistics(x, valid, closed_form)
             m = jnp.asarray(self.momentum, x.dtype)
             new = (m * running_mean + (1 - m) * mean, m * running_var + (1 - m) * var)
             state = state.set(self.state_index, new)
         inv = jax.lax.rsqrt(var + jnp.asarray(self.eps, x.dtype)) * self.weight
         y = (_shift_scale if closed_form else _plain_shift_scale)(x, mean, inv, self.bias)
         return _output(y, self.precision), state
+
+    def _reduce(self, reduce, value):
+        """`reduce(value, axis_name)` over the batch, with an error that says how to call."""
+        try:
+            return reduce(value, self.axis_name)
+        except NameError as error:
+            raise ValueError(
+                f"BatchNorm in training mode reduces over the batch: call the model under "
+                f"jax.vmap(..., axis_name={self.axis_name!r}) (or pass inference=True)"
+            ) from error
+
+    def _all_statistics(self, x, valid, closed_form):
+        """The batch mean and biased variance over all B·L steps."""
+        del valid
+        # Every example has the same L, so the mean of per-example means is the mean over
+        # batch × time.
+        mean = self._reduce(jax.lax.pmean, jnp.mean(x, axis=0))
+        square_mean = _centred_square_mean if closed_form else _plain_square_mean
+        return mean, jax.lax.pmean(square_mean(x, mean), self.axis_name)
+
+    def _valid_statistics(self, x, valid, closed_form):
+        """The batch mean and biased variance over the valid steps of every sequence (the
+        plain formulas: JAX derives their gradients)."""
+        del closed_form
+        w = valid.astype(x.dtype)[:, None]
+        # a batch of empty sequences: statistics of nothing, 0
+        count = jnp.maximum(self._reduce(jax.lax.psum, jnp.sum(w)), 1)
+        mean = jax.lax.psum(jnp.sum(w * x, axis=0), self.axis_name) / count
+        centred = w * (x - _row(mean, x))
+        var = jax.lax.psum(jnp.sum(centred * centred, axis=0), self.axis_name) / count
+        return mean, var
 
 
 class LayerNorm(eqx.Module):
@@ -208,13 +239,19 @@ class LayerNorm(eqx.Module):
         self.precision = check_precision(precision)
 
     def __call__(
-        self, x: Float[Array, "L H"], state: eqx.nn.State, *, inference: bool = False
+        self,
+        x: Float[Array, "L H"],
+        state: eqx.nn.State,
+        *,
+        inference: bool = False,
+        valid: Bool[Array, " L"] | None = None,
     ) -> tuple[Float[Array, "L H"], eqx.nn.State]:
-        """**Arguments:** `x` (L, H); `state` and `inference` are passed through unused.
+        """**Arguments:** `x` (L, H); `state`, `inference` and `valid` are passed through
+        unused (each step is normalised on its own, so padding changes no other step).
 
         **Returns:** `(y, state)` with y (L, H).
         """
-        del inference
+        del inference, valid
         x = x.astype(self.weight.dtype)
         mean = jnp.mean(x, axis=-1, keepdims=True)
         var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)

@@ -692,7 +692,7 @@ def _forward_inputs(model, expect: _Expect, b, length):
     x = (b, length) if expect.tokens else (b, length, expect.d_input)
     names = ["x"]
     shapes = [jax.ShapeDtypeStruct(x, jnp.int32 if expect.tokens else jnp.float32)]
-    if expect.pooling == "masked_mean":
+    if expect.pooling == "masked_mean" or model.mask_padding:
         names.append("lengths")
         shapes.append(jax.ShapeDtypeStruct((b,), jnp.int32))
     if model.timestep_mode in ("irregular", "append"):
