@@ -1383,6 +1383,14 @@ MUTATIONS = (
       'if expect.pooling == "masked_mean" or model.mask_padding:',
       'if expect.pooling == "masked_mean":', (MASK,),
       "the exported forward of a per-step model that masks its padding takes no lengths"),
+    M("balanced-accuracy-counts-padding", "train/_predict.py",
+      "        pred, y = pred[valid], y[valid]\n    classes = np.unique(y)",
+      "        pred, y = pred.ravel(), y.ravel()\n    classes = np.unique(y)",
+      ("tests/test_predict.py", STEP_LABELS), "per-step balanced accuracy counts the padding"),
+    M("balanced-accuracy-is-accuracy", "train/_predict.py",
+      "return float(np.mean([np.mean(pred[y == c] == c) for c in classes]))",
+      "return float(np.mean(pred == y))", ("tests/test_predict.py",),
+      "predict's balanced_accuracy is the plain accuracy"),
 )  # fmt: skip
 
 

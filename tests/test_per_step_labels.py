@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sklearn.metrics import balanced_accuracy_score
 
 from s5jax.cli import main
 from s5jax.data import DatasetError, load_user_npz
@@ -177,6 +178,10 @@ def test_predict_eval_stream_and_export_agree(tmp_path, capsys, user_facing):
         got = np.load(out[mode])
         assert got["log_probs"].shape == (len(x), L, CLASSES) and got["pred"].shape == (len(x), L)
         assert line["accuracy"] == pytest.approx(_accuracy(got["pred"], y, n), abs=1e-6)
+        # balanced accuracy pools the valid steps of all examples (scikit-learn's definition)
+        valid = np.arange(L)[None, :] < n[:, None]
+        want = balanced_accuracy_score(y[valid], got["pred"][valid])
+        assert line["balanced_accuracy"] == pytest.approx(want, abs=1e-12)
     offline, streamed = np.load(out["offline"]), np.load(out["stream"])
     valid = valid_steps(arrays, "test")
     np.testing.assert_allclose(streamed["log_probs"][valid], offline["log_probs"][valid],

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from sklearn.metrics import balanced_accuracy_score
 
 from s5jax.cli import main
 from s5jax.config import dump_json
@@ -17,6 +18,7 @@ from s5jax.data import DatasetError
 from s5jax.train import evaluate_run, load_run, predict_run, user_data_config
 from s5jax.train._checkpoint import Checkpoints
 from s5jax.train._engine import _Run
+from s5jax.train._predict import balanced_accuracy
 
 # The data-aware defaults' choices that matter here pinned to fixed values: unidirectional,
 # LayerNorm, raw inputs (the tests compare with the model applied to the raw arrays).
@@ -89,6 +91,10 @@ def test_classification_predictions_and_metric_equal_eval(tmp_path, capsys):
     assert line["split"] == "test" and line["n"] == 20 and line["out"] == str(out)
     assert line["loss"] == pytest.approx(ev["loss"], abs=1e-6)
     assert line["accuracy"] == pytest.approx(ev["accuracy"], abs=1e-6)
+    # scikit-learn's definition, on the written predictions
+    assert line["balanced_accuracy"] == pytest.approx(
+        balanced_accuracy_score(arrays["y_test"], pred["pred"]), abs=1e-12
+    )
     # New inputs without lengths: every step is valid, so the masked mean pools all L steps.
     x = arrays["x_test"][:5]
     np.savez(tmp_path / "new.npz", x=x)
@@ -464,3 +470,21 @@ def test_help_of_predict_and_export(capsys):
     out = capsys.readouterr().out
     assert "s5jax predict runs/mine --data new.npz --out pred.npz" in out
     assert "s5jax export runs/mine --out exported/mine" in out
+
+
+def test_balanced_accuracy_is_scikit_learns():
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        C = int(rng.integers(2, 6))
+        y = rng.choice(C, 60, p=rng.dirichlet(np.ones(C)))
+        y[:C] = np.arange(C)  # every class present in y
+        pred = rng.integers(0, C, 60)
+        assert balanced_accuracy(pred, y) == pytest.approx(balanced_accuracy_score(y, pred))
+    # a constant majority prediction: the majority's share in accuracy, 1 / C here
+    y = np.array([0] * 9 + [1])
+    assert balanced_accuracy(np.zeros(10, int), y) == 0.5
+    # per step: the valid steps of all examples, pooled by class (padding never read)
+    y = np.array([[0, 0, 1, 9], [1, 1, 9, 9]])
+    pred = np.array([[0, 1, 1, 0], [0, 1, 0, 0]])
+    got = balanced_accuracy(pred, y, np.array([3, 2]))
+    assert got == pytest.approx(balanced_accuracy_score([0, 0, 1, 1, 1], [0, 1, 1, 0, 1]))

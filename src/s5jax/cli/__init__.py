@@ -423,7 +423,8 @@ def _predict_parser(sub) -> None:
         description="Predict with a run's checkpoint and write the predictions to an .npz "
         "(log_probs and pred for classification,\npred for regression, mean and variance for "
         "the Gaussian head). When the data hold targets, print the loss and\nmetric as one "
-        "JSON line (as `s5jax eval` computes them).\n\n"
+        "JSON line (as `s5jax eval` computes them; classifiers also give\nbalanced_accuracy, "
+        "the mean of the classes' recalls).\n\n"
         "example: s5jax predict runs/mine --data new.npz --out pred.npz",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

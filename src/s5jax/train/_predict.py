@@ -577,7 +577,8 @@ def predict_run(
     - `dataset`: the run's training data, when not the one its config names.
 
     **Returns:** `{"split", "n", "out"}`, plus `"loss"` and the run's metric (`"accuracy"` or
-    `"mse"`, as `s5jax eval` computes them) when the data hold targets.
+    `"mse"`, as `s5jax eval` computes them) when the data hold targets, and for a classifier
+    `"balanced_accuracy"` (`balanced_accuracy`: the mean of the classes' recalls).
     """
     out = Path(out)
     _check_out(out, data)
@@ -636,7 +637,32 @@ def predict_run(
     result: dict[str, Any] = {"split": where, "n": len(x)}
     if has_targets:
         result |= {"loss": sums["loss"] / len(x), run.metric: sums["metric"] / len(x)}
+        if run.head in ("classification", "retrieval"):
+            result["balanced_accuracy"] = balanced_accuracy(
+                np.argmax(outputs, axis=-1), np.asarray(arrays["y"]), arrays["lengths"]
+            )
     return result | {"out": str(out)}
+
+
+def balanced_accuracy(pred: np.ndarray, y: np.ndarray, lengths: np.ndarray | None = None) -> float:
+    """The mean over the classes present in `y` of the fraction of their items predicted
+    right (each class's recall; scikit-learn's `balanced_accuracy_score`): a constant
+    prediction scores 1 / (number of classes) however rare the other classes are, where
+    accuracy gives it the majority class's share.
+
+    `pred`, `y`: (N,) per example, or (N, L) per step, where each valid step (the first
+    `lengths[i]` of example i; every step without `lengths`) is an item: the steps of all
+    examples are pooled by class, unlike `accuracy`'s per-example average.
+    """
+    pred, y = np.asarray(pred), np.asarray(y)
+    if y.ndim == 2:
+        n = np.full(len(y), y.shape[1]) if lengths is None else np.asarray(lengths)
+        valid = np.arange(y.shape[1])[None, :] < n[:, None]
+        pred, y = pred[valid], y[valid]
+    classes = np.unique(y)
+    if classes.size == 0:
+        return float("nan")
+    return float(np.mean([np.mean(pred[y == c] == c) for c in classes]))
 
 
 # --------------------------------------------------------------------------------------------
