@@ -1391,6 +1391,17 @@ MUTATIONS = (
       "return float(np.mean([np.mean(pred[y == c] == c) for c in classes]))",
       "return float(np.mean(pred == y))", ("tests/test_predict.py",),
       "predict's balanced_accuracy is the plain accuracy"),
+    M("eval-class-counts-read-padding-steps", "train/_steps.py",
+      "valid = jnp.ones_like(y, dtype=bool) if lengths is None else steps < lengths[:, None]",
+      "valid = jnp.ones_like(y, dtype=bool)", (STEP_LABELS,),
+      "eval's per-step balanced accuracy counts the padding steps' label 0"),
+    M("eval-class-counts-read-padded-rows", "train/_steps.py",
+      "    weight = mask.astype(log_probs.dtype)\n    if y.ndim == 2:",
+      "    weight = jnp.ones_like(mask, dtype=log_probs.dtype)\n    if y.ndim == 2:",
+      ("tests/test_predict.py",), "eval's balanced accuracy counts the rows that pad a batch"),
+    M("eval-balanced-counts-absent-classes", "train/_steps.py",
+      "    present = count > 0\n", "    present = count >= 0\n", ("tests/test_predict.py",),
+      "a class without items counts as recall 0 (NaN) in eval's balanced accuracy"),
 )  # fmt: skip
 
 

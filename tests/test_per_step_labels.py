@@ -192,6 +192,8 @@ def test_predict_eval_stream_and_export_agree(tmp_path, capsys, user_facing):
         np.testing.assert_allclose(offline["log_probs"][i, : n[i]], want, rtol=1e-5, atol=1e-5)
     evaluated = evaluate_run(run_dir)
     assert evaluated["accuracy"] == pytest.approx(line["accuracy"], abs=1e-6)
+    # eval's balanced accuracy, summed per class on the device, = predict's (scikit-learn's)
+    assert evaluated["balanced_accuracy"] == pytest.approx(line["balanced_accuracy"], abs=1e-6)
     # a new file (x, y, lengths), read by predict's own reader: the same figure
     np.savez(tmp_path / "new.npz", x=x, y=np.where(valid, y, -1), lengths=n)
     assert predict_run(run_dir, tmp_path / "p.npz", data=tmp_path / "new.npz",

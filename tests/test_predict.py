@@ -19,6 +19,7 @@ from s5jax.train import evaluate_run, load_run, predict_run, user_data_config
 from s5jax.train._checkpoint import Checkpoints
 from s5jax.train._engine import _Run
 from s5jax.train._predict import balanced_accuracy
+from s5jax.train._steps import balanced_accuracy_of
 
 # The data-aware defaults' choices that matter here pinned to fixed values: unidirectional,
 # LayerNorm, raw inputs (the tests compare with the model applied to the raw arrays).
@@ -95,6 +96,7 @@ def test_classification_predictions_and_metric_equal_eval(tmp_path, capsys):
     assert line["balanced_accuracy"] == pytest.approx(
         balanced_accuracy_score(arrays["y_test"], pred["pred"]), abs=1e-12
     )
+    assert ev["balanced_accuracy"] == pytest.approx(line["balanced_accuracy"], abs=1e-6)
     # New inputs without lengths: every step is valid, so the masked mean pools all L steps.
     x = arrays["x_test"][:5]
     np.savez(tmp_path / "new.npz", x=x)
@@ -488,3 +490,5 @@ def test_balanced_accuracy_is_scikit_learns():
     pred = np.array([[0, 1, 1, 0], [0, 1, 0, 0]])
     got = balanced_accuracy(pred, y, np.array([3, 2]))
     assert got == pytest.approx(balanced_accuracy_score([0, 0, 1, 1, 1], [0, 1, 1, 0, 1]))
+    # eval's form, from per-class sums: a class without items (1) does not count
+    assert balanced_accuracy_of([1.0, 0.0, 3.0], [2.0, 0.0, 4.0]) == pytest.approx(0.625)

@@ -51,7 +51,7 @@ from ._sharding import (
     await_announcement,
     is_first_process,
 )
-from ._steps import make_steps
+from ._steps import balanced_accuracy_of, make_steps
 from ._tensorboard import flat_hparams, ssm_statistics
 
 __all__ = ["TrainingDiverged", "train_and_evaluate"]
@@ -291,11 +291,19 @@ class _Run:
             if len(pending) >= depth:
                 jax.block_until_ready(pending[-depth])
         # One transfer at the end, summed in batch order as the host always did.
+        classes = {"class_hits": 0.0, "class_count": 0.0}  # per class (C,), classifiers only
         for stats in jax.device_get(pending):
             for k in totals:
                 totals[k] += float(stats[k])
+            for k in classes.keys() & stats.keys():
+                classes[k] = classes[k] + np.asarray(stats[k], np.float64)
         n = max(totals["count"], 1)
-        return {"loss": totals["loss_sum"] / n, self.metric: totals["metric_sum"] / n}
+        result = {"loss": totals["loss_sum"] / n, self.metric: totals["metric_sum"] / n}
+        if self.head in ("classification", "retrieval") and pending:
+            result["balanced_accuracy"] = balanced_accuracy_of(
+                classes["class_hits"], classes["class_count"]
+            )
+        return result
 
     def better(self, val: dict[str, float], history: dict[str, Any]) -> bool:
         """Whether this epoch's val figures make it the best epoch so far (`train.best_ties`

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..core import _native
 from ..nn import combine_members
@@ -134,6 +135,35 @@ def _masked(values, mask):
     return jnp.sum(values * weights)
 
 
+def _class_counts(log_probs, y, mask, lengths=None):
+    """Per class (C,): the items of that class (`class_count`) and those predicted right
+    (`class_hits`), over the real rows and, per step, the valid steps: the sums behind
+    balanced accuracy (`balanced_accuracy_of`)."""
+    C = log_probs.shape[-1]
+    weight = mask.astype(log_probs.dtype)
+    if y.ndim == 2:  # per step: the valid steps of each real row
+        steps = jnp.arange(y.shape[1])[None, :]
+        valid = jnp.ones_like(y, dtype=bool) if lengths is None else steps < lengths[:, None]
+        weight = weight[:, None] * valid.astype(log_probs.dtype)
+    of_class = jax.nn.one_hot(y, C, dtype=log_probs.dtype) * weight[..., None]
+    right = (jnp.argmax(log_probs, axis=-1) == y).astype(log_probs.dtype)
+    axes = tuple(range(y.ndim))
+    return {
+        "class_count": jnp.sum(of_class, axis=axes),
+        "class_hits": jnp.sum(of_class * right[..., None], axis=axes),
+    }
+
+
+def balanced_accuracy_of(hits, count) -> float:
+    """The mean over the classes with items (`count` > 0) of hits / count (each class's
+    recall); NaN when no class has items."""
+    hits, count = np.asarray(hits, np.float64), np.asarray(count, np.float64)
+    present = count > 0
+    if not present.any():
+        return float("nan")
+    return float(np.mean(hits[present] / count[present]))
+
+
 def make_steps(static, optimizer, head_kind: str, members: int = 1, target_scale=None) -> Steps:
     """Build the jitted steps for a model whose static part is `static`.
 
@@ -149,7 +179,8 @@ def make_steps(static, optimizer, head_kind: str, members: int = 1, target_scale
     loss is then that of the standardised targets (`per_example_loss`).
     """
 
-    def forward(params, state, batch, key, inference, step_rescale):
+    def forward(params, state, batch, key, inference, step_rescale, outputs=False):
+        want_outputs = outputs
         model = eqx.combine(params, static)
         if members > 1 and not inference:
             model = _EachMember(model)
@@ -191,9 +222,11 @@ def make_steps(static, optimizer, head_kind: str, members: int = 1, target_scale
             )(outputs, batch["y"], lengths)
             outputs = jax.vmap(lambda o: combine_members(head_kind, o))(outputs)
             _, metrics = losses_of(outputs)
-            return jnp.mean(member_losses, axis=1), metrics, new_state
+            return (jnp.mean(member_losses, axis=1), metrics, new_state) + (
+                (outputs,) if want_outputs else ()
+            )
         losses, metrics = losses_of(outputs)
-        return losses, metrics, new_state
+        return (losses, metrics, new_state) + ((outputs,) if want_outputs else ())
 
     def loss_fn(params, state, batch, key):
         losses, metrics, new_state = forward(params, state, batch, key, False, 1.0)
@@ -216,15 +249,18 @@ def make_steps(static, optimizer, head_kind: str, members: int = 1, target_scale
         return params, state, opt_state, {"loss": loss, "metric": metric, "grad_norm": grad_norm}
 
     def eval_step(params, state, batch, step_rescale):
-        losses, metrics, _ = forward(
-            params, state, batch, jax.random.PRNGKey(0), True, step_rescale
+        losses, metrics, _, outputs = forward(
+            params, state, batch, jax.random.PRNGKey(0), True, step_rescale, outputs=True
         )
         mask = batch["mask"]
-        return {
+        stats = {
             "loss_sum": _masked(losses, mask),
             "metric_sum": _masked(metrics, mask),
             "count": jnp.sum(mask.astype(jnp.int32)),
         }
+        if head_kind in ("classification", "retrieval"):
+            stats |= _class_counts(outputs, batch["y"], mask, batch.get("lengths"))
+        return stats
 
     return Steps(
         train=jax.jit(train_step, donate_argnums=(0, 1, 2)),
