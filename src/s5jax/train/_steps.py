@@ -179,8 +179,7 @@ def make_steps(static, optimizer, head_kind: str, members: int = 1, target_scale
     loss is then that of the standardised targets (`per_example_loss`).
     """
 
-    def forward(params, state, batch, key, inference, step_rescale, outputs=False):
-        want_outputs = outputs
+    def forward(params, state, batch, key, inference, step_rescale, with_outputs=False):
         model = eqx.combine(params, static)
         if members > 1 and not inference:
             model = _EachMember(model)
@@ -223,10 +222,10 @@ def make_steps(static, optimizer, head_kind: str, members: int = 1, target_scale
             outputs = jax.vmap(lambda o: combine_members(head_kind, o))(outputs)
             _, metrics = losses_of(outputs)
             return (jnp.mean(member_losses, axis=1), metrics, new_state) + (
-                (outputs,) if want_outputs else ()
+                (outputs,) if with_outputs else ()
             )
         losses, metrics = losses_of(outputs)
-        return (losses, metrics, new_state) + ((outputs,) if want_outputs else ())
+        return (losses, metrics, new_state) + ((outputs,) if with_outputs else ())
 
     def loss_fn(params, state, batch, key):
         losses, metrics, new_state = forward(params, state, batch, key, False, 1.0)
@@ -250,7 +249,7 @@ def make_steps(static, optimizer, head_kind: str, members: int = 1, target_scale
 
     def eval_step(params, state, batch, step_rescale):
         losses, metrics, _, outputs = forward(
-            params, state, batch, jax.random.PRNGKey(0), True, step_rescale, outputs=True
+            params, state, batch, jax.random.PRNGKey(0), True, step_rescale, with_outputs=True
         )
         mask = batch["mask"]
         stats = {
