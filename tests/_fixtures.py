@@ -204,3 +204,14 @@ def write_speech(
     (root / "testing_list.txt").write_text("".join(f"{k}\n" for k in testing))
     (root / "README.md").write_text("fixture")
     return clips
+
+
+def read_npz(path) -> dict[str, np.ndarray]:
+    """Every array of an `.npz` file, read with numpy and the file closed at once.
+
+    `np.load(path)["key"]` leaves the closing to the garbage collector: when the NpzFile is
+    caught in a reference cycle, its file handle can be finalised first, and the suite (which
+    turns warnings into errors) fails some other test with a ResourceWarning.
+    """
+    with np.load(path, allow_pickle=False) as npz:
+        return {key: npz[key] for key in npz.files}

@@ -15,6 +15,8 @@ from s5jax._atomic import (
     atomic_write_text,
 )
 
+from ._fixtures import read_npz
+
 
 @pytest.fixture
 def umask():
@@ -48,7 +50,7 @@ def test_contents_are_written(tmp_path):
     assert json.loads((tmp_path / "sub" / "a.json").read_text()) == {"b": [1, 2]}
     with atomic_open(tmp_path / "a.npz") as f:
         np.savez(f, x=np.arange(3))
-    np.testing.assert_array_equal(np.load(tmp_path / "a.npz")["x"], np.arange(3))
+    np.testing.assert_array_equal(read_npz(tmp_path / "a.npz")["x"], np.arange(3))
     with atomic_path(tmp_path / "b.bin") as tmp:
         tmp.write_bytes(b"abc")
     assert (tmp_path / "b.bin").read_bytes() == b"abc"

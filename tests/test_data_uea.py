@@ -19,6 +19,8 @@ from s5jax.data._uea import convert_ts, load_ts, read_ts, ts_test_path
 from s5jax.train import load_run, user_data_config
 from s5jax.train._datasets import load_dataset
 
+from ._fixtures import read_npz
+
 TINY = ["model.n_layers=1", "model.d_model=8", "model.ssm_size=8", "model.blocks=2",
         "data.batch_size=4", "data.eval_batch_size=4"]  # fmt: skip
 
@@ -366,7 +368,7 @@ def test_train_predict_and_export_of_a_ts_file(tmp_path, capsys):
     assert main(argv) == 0
     captured = capsys.readouterr()
     line = json.loads(captured.out)
-    assert line["n"] == 2 and np.load(out)["pred"].shape == (2,)
+    assert line["n"] == 2 and read_npz(out)["pred"].shape == (2,)
     assert "val carved" not in captured.err  # said when the run trained, not again
     pytest.importorskip("flatbuffers")
     assert main(["export", str(run_dir), "--out", str(tmp_path / "exp")]) == 0
@@ -487,7 +489,7 @@ def test_prepare_uea_writes_npz_that_load_user_npz_reads_the_same(tmp_path, monk
             np.testing.assert_array_equal(got.splits[s].x, want.splits[s].x)
             np.testing.assert_array_equal(got.splits[s].y, want.splits[s].y)
     assert [p.name for p, _ in convert_ts(src / "Demo", tmp_path / "o")] == ["Demo.npz"]
-    assert np.load(tmp_path / "o" / "Demo.npz")["classes"].tolist() == ["1", "2", "10"]
+    assert read_npz(tmp_path / "o" / "Demo.npz")["classes"].tolist() == ["1", "2", "10"]
     assert main(["data", "prepare", "pendulum", "--missing", "zero"]) == 2
     assert "--missing applies to `s5jax data prepare uea` only" in capsys.readouterr().err
 
@@ -540,7 +542,7 @@ def test_predict_on_a_ts_file_equals_the_runs_own_test_split(tmp_path, capsys):
     assert new_line["n"] == own_line["n"] == 7
     assert new_line["loss"] == pytest.approx(own_line["loss"], rel=1e-6)
     assert new_line["accuracy"] == own_line["accuracy"]
-    a, b = np.load(own), np.load(new)
+    a, b = read_npz(own), read_npz(new)
     np.testing.assert_allclose(b["log_probs"], a["log_probs"], rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(b["pred"], a["pred"])
     # The class names travel with the predictions (label i is classes[i], as training
@@ -560,7 +562,7 @@ def test_predict_on_a_ts_file_equals_the_runs_own_test_split(tmp_path, capsys):
                  "--no-progress"]) == 0  # fmt: skip
     captured = capsys.readouterr()
     assert captured.out == "" and "wrote 7 predictions" in captured.err  # no targets: no metric
-    np.testing.assert_array_equal(np.load(bare)["pred"], a["pred"])
+    np.testing.assert_array_equal(read_npz(bare)["pred"], a["pred"])
 
 
 _TM = "@problemName N\n@missing false\n@equalLength true\n"
@@ -625,7 +627,8 @@ def test_predict_on_a_ts_file_of_an_equal_length_run_is_not_padded(tmp_path, cap
         outs[name] = tmp_path / f"{name}-pred.npz"
         assert main(["predict", str(run), "--data", str(data), "--out", str(outs[name]),
                      "--no-progress"]) == 0  # fmt: skip
-    np.testing.assert_allclose(np.load(outs["ts"])["log_probs"], np.load(outs["npz"])["log_probs"],
+    np.testing.assert_allclose(read_npz(outs["ts"])["log_probs"],
+                               read_npz(outs["npz"])["log_probs"],
                                rtol=1e-6, atol=1e-6)  # fmt: skip
     capsys.readouterr()
     mixed = tmp_path / "Mixed.ts"

@@ -22,6 +22,8 @@ from s5jax.train._defaults import (
 )
 from s5jax.train._runs import user_data_defaults
 
+from ._fixtures import read_npz
+
 TINY = ["model.n_layers=1", "model.d_model=8", "model.ssm_size=8", "model.blocks=2",
         "train.epochs=1", "optim.warmup_epochs=0"]  # fmt: skip
 
@@ -106,7 +108,7 @@ def test_user_settings_win_and_are_not_chosen(tmp_path):
     assert not config.model.bidirectional
     assert config.model.ssm_size == 16  # P follows the user's H
     assert chosen["optim.warmup_epochs"].value == 1  # from the user's 7 epochs
-    raw = np.load(path)["x_train"]
+    raw = read_npz(path)["x_train"]
     np.testing.assert_array_equal(dataset.splits["train"].x, raw)
 
 
@@ -339,14 +341,14 @@ def test_an_npz_without_val_is_carved_or_not_as_a_ts_file(tmp_path):
         assert ("data.val_fraction" in chosen) == (not kept)
         assert config.data.val_fraction == (0.1 if kept else 0.0)
         if kept:  # round(0.1 * each class's count), stratified
-            counts = np.bincount(np.load(path)["y_train"])
+            counts = np.bincount(read_npz(path)["y_train"])
             assert len(dataset.splits["val"].x) == sum(round(0.1 * c) for c in counts)
             assert len(dataset.splits["val"].x) + len(dataset.splits["train"].x) == n
         else:
             assert len(dataset.splits["train"].x) == n
             assert config.train.select == "last"
     config, dataset, chosen = chosen_of(tmp_path / "noval100.npz", ["data.val_fraction=0.5"])
-    counts = np.bincount(np.load(tmp_path / "noval100.npz")["y_train"])
+    counts = np.bincount(read_npz(tmp_path / "noval100.npz")["y_train"])
     assert len(dataset.splits["val"].x) == sum(round(0.5 * c) for c in counts)
     assert "data.val_fraction" not in chosen and config.data.val_fraction == 0.5
 
@@ -434,10 +436,10 @@ def test_train_eval_predict_export_use_one_normalisation(tmp_path, capsys):
 
     folder = export_run(run, tmp_path / "exp")
     forward = export.deserialize(bytearray((folder / "forward.jax").read_bytes()))
-    raw = np.load(path)
+    raw = read_npz(path)
     x, n = raw["x_test"], raw["lengths_test"].astype(np.int32)
     log_probs = np.asarray(forward.call(x, n, np.ones(x.shape[:2], np.float32)))  # unit steps
-    np.testing.assert_allclose(log_probs, np.load(tmp_path / "p.npz")["log_probs"], atol=1e-4)
+    np.testing.assert_allclose(log_probs, read_npz(tmp_path / "p.npz")["log_probs"], atol=1e-4)
     spec = json.loads((folder / "spec.json").read_text())
     assert spec["normalization"] == {"mode": "example"} and spec["step"] is None
 
@@ -480,7 +482,7 @@ def test_timescales_count_steps_in_the_times_own_unit():
 def test_an_npz_with_times_describes_them_and_trains_from_the_scaled_timescales(tmp_path):
     rng = np.random.default_rng(12)
     path = save(tmp_path / "t.npz", rng, n=24, L=16)
-    arrays = dict(np.load(path))
+    arrays = dict(read_npz(path))
     for split in ("train", "val", "test"):
         m = len(arrays[f"x_{split}"])
         arrays[f"t_{split}"] = np.cumsum(np.full((m, 16), 250.0), axis=1)  # milliseconds

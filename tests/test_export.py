@@ -14,6 +14,7 @@ import pytest
 from s5jax.cli import main
 from s5jax.train import export_run
 
+from ._fixtures import read_npz
 from .test_predict import alone, features, make_run
 
 pytest.importorskip("flatbuffers")  # jax.export's serialisation needs it
@@ -34,7 +35,7 @@ def _load(folder):
 def _steps(folder, spec, x, dt):
     """Step the exported step function over (n, L) sequences; outputs stacked on axis 1."""
     step = jax.export.deserialize(bytearray((folder / "step.jax").read_bytes()))
-    init = np.load(folder / "init_state.npz")
+    init = read_npz(folder / "init_state.npz")
     state = tuple(np.broadcast_to(init[s["name"]], (len(x), *s["shape"])) for s in spec["state"])
     outs = []
     for k in range(x.shape[1]):
@@ -146,7 +147,7 @@ def test_loader_example_runs_without_s5jax_and_matches_the_live_model(tmp_path, 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["n"] == 4 and report["max_abs_difference_forward_vs_step"] < 1e-5
-    out = np.load(saved)
+    out = read_npz(saved)
     want = alone(run_dir, arrays["x_test"][:4], arrays["lengths_test"][:4].astype(np.int32),
                  dt=np.ones((4, 10), np.float32))  # fmt: skip
     np.testing.assert_allclose(out["forward_log_probs"], want, **TOL)
@@ -184,9 +185,9 @@ def test_a_run_exports_and_predicts_without_its_training_data(tmp_path, capsys):
         return (
             (folder / "spec.json").read_text(),
             {"forward": forward.call(x_new, np.array([10, 4, 9], np.int32), _dt(times))},
-            dict(np.load(folder / "init_state.npz")),
+            dict(read_npz(folder / "init_state.npz")),
             {"online": _steps(folder, spec, x_new, _dt(times))},
-            dict(np.load(tmp_path / f"{tag}.npz")),
+            dict(read_npz(tmp_path / f"{tag}.npz")),
         )
 
     # the reference: the model rebuilt from the training data itself (no data_spec.json)

@@ -22,6 +22,7 @@ from s5jax.nn import BatchNorm, build_model, pool
 from s5jax.train import export_run
 from s5jax.train._defaults import DataFacts, choose_defaults
 
+from ._fixtures import read_npz
 from .test_per_step_labels import L as STEPS
 from .test_per_step_labels import labelled, valid_steps
 from .test_predict import make_run
@@ -199,7 +200,7 @@ def test_predict_and_export_give_the_same_log_probs_however_far_a_file_is_padded
         assert main(["predict", str(run_dir), "--data", str(tmp_path / f"pad{extra}.npz"),
                      "--out", str(out), "--no-progress"]) == 0  # fmt: skip
         capsys.readouterr()
-        preds.append(np.load(out)["log_probs"][:, :STEPS])
+        preds.append(read_npz(out)["log_probs"][:, :STEPS])
     np.testing.assert_allclose(preds[1][valid], preds[0][valid], rtol=1e-5, atol=1e-6)
     # the exported forward takes the lengths, and gives the same on the longer padding
     folder = export_run(run_dir, tmp_path / "exp")

@@ -20,6 +20,7 @@ from s5jax.data import DatasetError, load_user_npz
 from s5jax.train import evaluate_run, export_run, predict_run
 from s5jax.train._runs import user_data_defaults
 
+from ._fixtures import read_npz
 from .test_predict import alone, make_run
 
 L, CLASSES = 10, 3
@@ -175,14 +176,14 @@ def test_predict_eval_stream_and_export_agree(tmp_path, capsys, user_facing):
                 "--no-progress"] + (["--stream"] if mode == "stream" else [])  # fmt: skip
         assert main(argv) == 0
         line = json.loads(capsys.readouterr().out)
-        got = np.load(out[mode])
+        got = read_npz(out[mode])
         assert got["log_probs"].shape == (len(x), L, CLASSES) and got["pred"].shape == (len(x), L)
         assert line["accuracy"] == pytest.approx(_accuracy(got["pred"], y, n), abs=1e-6)
         # balanced accuracy pools the valid steps of all examples (scikit-learn's definition)
         valid = np.arange(L)[None, :] < n[:, None]
         want = balanced_accuracy_score(y[valid], got["pred"][valid])
         assert line["balanced_accuracy"] == pytest.approx(want, abs=1e-12)
-    offline, streamed = np.load(out["offline"]), np.load(out["stream"])
+    offline, streamed = read_npz(out["offline"]), read_npz(out["stream"])
     valid = valid_steps(arrays, "test")
     np.testing.assert_allclose(streamed["log_probs"][valid], offline["log_probs"][valid],
                                rtol=1e-5, atol=1e-5)  # fmt: skip
@@ -213,7 +214,7 @@ def test_a_run_trained_on_names_predicts_names(tmp_path, capsys):
     np.savez(tmp_path / "new.npz", x=arrays["x_test"], y=arrays["y_test"],
              lengths=arrays["lengths_test"])  # fmt: skip
     got = predict_run(run_dir, tmp_path / "p.npz", data=tmp_path / "new.npz", progress=False)
-    pred = np.load(tmp_path / "p.npz")
+    pred = read_npz(tmp_path / "p.npz")
     assert pred["classes"].tolist() == NAMES.tolist()
     named = pred["classes"][pred["pred"]]
     n = arrays["lengths_test"]

@@ -21,6 +21,8 @@ from s5jax.train._engine import _Run
 from s5jax.train._predict import balanced_accuracy
 from s5jax.train._steps import balanced_accuracy_of
 
+from ._fixtures import read_npz
+
 # The data-aware defaults' choices that matter here pinned to fixed values: unidirectional,
 # LayerNorm, raw inputs (the tests compare with the model applied to the raw arrays).
 TINY = ["model.n_layers=2", "model.d_model=8", "model.ssm_size=8", "model.blocks=2",
@@ -83,8 +85,8 @@ def test_classification_predictions_and_metric_equal_eval(tmp_path, capsys):
                  "--no-progress", "--batch-size", "8"])  # fmt: skip
     assert code == 0
     line = json.loads(capsys.readouterr().out)
-    pred = np.load(out)
-    assert sorted(pred.files) == ["log_probs", "pred"]
+    pred = read_npz(out)
+    assert sorted(pred) == ["log_probs", "pred"]
     want = alone(run_dir, arrays["x_test"], arrays["lengths_test"].astype(np.int32))
     np.testing.assert_allclose(pred["log_probs"], want, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(pred["pred"], np.argmax(pred["log_probs"], -1))
@@ -102,7 +104,7 @@ def test_classification_predictions_and_metric_equal_eval(tmp_path, capsys):
     np.savez(tmp_path / "new.npz", x=x)
     predict_run(run_dir, out, data=tmp_path / "new.npz", progress=False)
     want = alone(run_dir, x, np.full(5, x.shape[1], np.int32))
-    np.testing.assert_allclose(np.load(out)["log_probs"], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(read_npz(out)["log_probs"], want, rtol=1e-5, atol=1e-6)
     short = alone(run_dir, x, np.full(5, x.shape[1] - 1, np.int32))
     assert not np.allclose(want, short, atol=1e-4)  # the last step matters to the mean
 
@@ -122,13 +124,13 @@ def test_x_only_file_without_targets_and_irregular_times(tmp_path, capsys):
     assert result == {"split": None, "n": 5, "out": str(out)}
     dt = np.concatenate([np.ones_like(t[:, :1]), np.diff(t, axis=1)], axis=1).astype(np.float32)
     want = alone(run_dir, x, dt=dt)
-    got = np.load(out)["pred"]
+    got = read_npz(out)["pred"]
     assert got.shape == (5, 10)  # as the file gave the targets: one per step, (N, L)
     np.testing.assert_allclose(got, want[..., 0], rtol=1e-5, atol=1e-6)
     # The Δ multipliers matter: without t the predictions differ.
     np.savez(new, x=x)
     predict_run(run_dir, out, data=new, progress=False)
-    assert not np.allclose(np.load(out)["pred"], want[..., 0], atol=1e-4)
+    assert not np.allclose(read_npz(out)["pred"], want[..., 0], atol=1e-4)
 
 
 def test_labels_by_name_equal_labels_by_index(tmp_path, capsys):
@@ -148,7 +150,7 @@ def test_labels_by_name_equal_labels_by_index(tmp_path, capsys):
     for kind in ("by_name", "by_index"):
         out = tmp_path / f"{kind}-pred.npz"
         got[kind] = predict_run(run_dir, out, data=tmp_path / f"{kind}.npz", progress=False)
-        assert np.load(out)["classes"].tolist() == ["high", "low", "mid"]
+        assert read_npz(out)["classes"].tolist() == ["high", "low", "mid"]
     assert got["by_name"]["accuracy"] == got["by_index"]["accuracy"]
     assert got["by_name"]["loss"] == pytest.approx(got["by_index"]["loss"], rel=1e-6)
     np.savez(tmp_path / "new.npz", x=x[:3], y=np.array(["low", "top", "mid"]))
@@ -216,13 +218,13 @@ def test_regression_predictions_have_the_targets_shape(tmp_path, capsys, shape, 
     for argv in (["--data", str(path)], []):  # the file, and the run's own data
         assert main(["predict", str(run_dir), *argv, "--out", str(out), "--no-progress"]) == 0
         line = json.loads(capsys.readouterr().out)
-        pred, y = np.load(out)["pred"], arrays["y_test"]
+        pred, y = read_npz(out)["pred"], arrays["y_test"]
         assert pred.shape == y.shape
         assert line["mse"] == pytest.approx(float(np.mean((pred - y) ** 2)), rel=1e-5)
     if per_step:  # a new file of another length keeps the per-step layout
         np.savez(tmp_path / "new.npz", x=arrays["x_test"][:3, :7])
         predict_run(run_dir, out, data=tmp_path / "new.npz", progress=False)
-        assert np.load(out)["pred"].shape == (3, 7, *shape[1:])
+        assert read_npz(out)["pred"].shape == (3, 7, *shape[1:])
 
 
 def test_per_step_figures_read_only_the_valid_steps(tmp_path, capsys):
@@ -246,7 +248,7 @@ def test_per_step_figures_read_only_the_valid_steps(tmp_path, capsys):
         assert main(["predict", str(run_dir), "--data", str(path), "--out", str(out),
                      "--no-progress"]) == 0  # fmt: skip
         line = json.loads(capsys.readouterr().out)
-        pred = np.load(out)["pred"]
+        pred = read_npz(out)["pred"]
         assert np.isfinite(pred).all()  # NaN inputs on the padding read as zeros
         per_example = np.sum(np.where(valid, (pred - y) ** 2, 0), axis=1) / n
         assert line["mse"] == pytest.approx(float(np.mean(per_example)), rel=1e-5)
@@ -419,7 +421,7 @@ def test_tokens_outside_the_vocabulary_and_floats_for_tokens(tmp_path):
     np.savez(path, x=arrays["x_test"][:3])
     predict_run(run_dir, tmp_path / "p.npz", data=path, progress=False)
     want = alone(run_dir, arrays["x_test"][:3].astype(np.int32))
-    np.testing.assert_allclose(np.load(tmp_path / "p.npz")["log_probs"], want, rtol=1e-5,
+    np.testing.assert_allclose(read_npz(tmp_path / "p.npz")["log_probs"], want, rtol=1e-5,
                                atol=1e-6)  # fmt: skip
 
 
@@ -446,7 +448,7 @@ def test_streamed_predictions_equal_offline(tmp_path, capsys, per_step):
         argv = ["predict", str(run_dir), "--data", str(path), "--out", str(out), "--no-progress"]
         assert main(argv + (["--stream"] if mode == "stream" else [])) == 0
         lines[mode] = json.loads(capsys.readouterr().out)
-    offline, streamed = np.load(tmp_path / "offline.npz"), np.load(tmp_path / "stream.npz")
+    offline, streamed = read_npz(tmp_path / "offline.npz"), read_npz(tmp_path / "stream.npz")
     key = "pred" if per_step else "log_probs"
     assert streamed[key].shape == offline[key].shape == ((20, 10) if per_step else (20, 3))
     np.testing.assert_allclose(streamed[key], offline[key], **STREAM_TOL)

@@ -32,6 +32,8 @@ from s5jax.train import (
 from s5jax.train._defaults import choose_defaults, inspect_data
 from s5jax.train._steps import per_example_loss
 
+from ._fixtures import read_npz
+
 TINY = ["model.n_layers=1", "model.d_model=8", "model.ssm_size=8", "model.blocks=2",
         "model.members=1", "data.batch_size=16", "train.epochs=3"]  # fmt: skip
 
@@ -108,7 +110,7 @@ def _train(tmp_path, name, x, y, *overrides):
     losses = [(r["train_loss"], r["val_mse"]) for r in epochs]
     out = tmp_path / f"{name}.pred.npz"
     predict_run(run_dir, out, progress=False)
-    return run_dir, path, np.array(losses), np.load(out)["pred"]
+    return run_dir, path, np.array(losses), read_npz(out)["pred"]
 
 
 @pytest.mark.parametrize("per_step", [False, True], ids=["per sequence", "per step"])
@@ -146,7 +148,7 @@ def test_an_affine_change_of_the_targets_changes_only_the_units(tmp_path, per_st
     path.unlink()
     assert main(["predict", str(run_dir), "--data", str(moved), "--out",
                  str(tmp_path / "p.npz"), "--no-progress"]) == 0  # fmt: skip
-    np.testing.assert_allclose(np.load(tmp_path / "p.npz")["pred"], pred_ab, rtol=1e-6)
+    np.testing.assert_allclose(read_npz(tmp_path / "p.npz")["pred"], pred_ab, rtol=1e-6)
 
 
 def test_defaults_choose_the_affine_for_regression_only(tmp_path):
