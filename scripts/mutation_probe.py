@@ -69,6 +69,7 @@ TARGETS = "tests/test_target_scaling.py"
 STEP_LABELS = "tests/test_per_step_labels.py"
 BASELINE = "tests/test_constant_baseline.py"
 MASK = "tests/test_mask_padding.py"
+CACHE = "tests/test_compile_cache.py"
 MUTATIONS = (
     # --- core: the paper's math ----------------------------------------------------------
     M("zoh-gamma-sign", "core/_discretize.py", "(Lambda_bar - 1) / Lambda",
@@ -1402,6 +1403,20 @@ MUTATIONS = (
     M("eval-balanced-counts-absent-classes", "train/_steps.py",
       "    present = count > 0\n", "    present = count >= 0\n", ("tests/test_predict.py",),
       "a class without items counts as recall 0 (NaN) in eval's balanced accuracy"),
+    M("compile-cache-one-folder-for-all-cpus", "_cache.py",
+      'hashlib.sha256(f"{cpu_identity()}\\n{jaxlib}".encode())',
+      'hashlib.sha256(f"{jaxlib}".encode())', (CACHE,),
+      "hosts of several CPU types share compiled programs built for one's instructions"),
+    M("compile-cache-overrides-user-dir", "_cache.py",
+      'os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(MAX_BYTES))',
+      'os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(MAX_BYTES)', (CACHE,),
+      "the command replaces the user's own cap of JAX's compilation cache"),
+    M("compile-cache-off-switch-ignored", "_cache.py",
+      'if os.environ.get(ENV_VAR, "1").strip() == "0" or "jax" in sys.modules:',
+      'if "jax" in sys.modules:', (CACHE,), "S5JAX_COMPILATION_CACHE=0 does not turn it off"),
+    M("compile-cache-not-configured", "cli/__init__.py",
+      "    cache = configure_compilation_cache()", "    cache = None", (CACHE,),
+      "the command compiles every program again in every run"),
 )  # fmt: skip
 
 

@@ -36,6 +36,7 @@ import traceback
 from pathlib import Path
 
 from .. import __version__
+from .._cache import configure_compilation_cache
 from .._malloc import configure_cpu_malloc
 from ._paths import path_arg
 from ._sweep import SEEDS_HELP, add_sweep_parser, sweep, train_seeds
@@ -936,6 +937,9 @@ def main(argv: list[str] | None = None) -> int:
     # (absl's logging calls `logging.basicConfig()` when orbax logs) would print each again.
     propagate, log.propagate = log.propagate, False
     log.debug("s5jax %s; glibc allocator tuning %s", __version__, "on" if tuned else "off")
+    # Before JAX is imported: compiled steps are kept on disk for the next run (s5jax._cache).
+    cache = configure_compilation_cache()
+    log.debug("compilation cache: %s", cache or "off")
     handlers = {
         "train": _train,
         "eval": _eval,

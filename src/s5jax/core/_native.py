@@ -37,7 +37,6 @@ import hashlib
 import importlib.metadata
 import logging
 import os
-import platform
 import shutil
 import subprocess
 import threading
@@ -49,6 +48,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._atomic import atomic_path
+from .._cache import cache_dir as _cache_dir
+from .._cache import cpu_identity as _cpu_identity
 
 __all__ = [
     "native_available",
@@ -87,14 +88,6 @@ _lock = threading.Lock()
 _state: dict = {}  # "ok": bool, "error": str, "library": Path
 
 
-def _cache_dir() -> Path:
-    explicit = os.environ.get("S5JAX_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "s5jax"
-
-
 def _compiler() -> str | None:
     explicit = os.environ.get("CXX")
     if explicit:
@@ -104,16 +97,6 @@ def _compiler() -> str | None:
         if found:
             return found
     return None
-
-
-def _cpu_identity() -> str:
-    """The host CPU's model and flags (the kernel is built with -march=native)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine()
-    keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features"))]
-    return "\n".join(sorted(set(keep))) or platform.machine()
 
 
 def _jaxlib_version() -> str:
