@@ -37,9 +37,9 @@ ALLOWED = {
     },
 }
 STDLIB_OK = set(sys.stdlib_module_names)
-# s5jax._atomic (atomic file writes) and s5jax._signals (signals held back during a save) are
-# standard library only: every layer may use them.
-SHARED = ("s5jax._atomic", "s5jax._signals")
+# s5jax._atomic (atomic file writes), s5jax._signals (signals held back during a save) and
+# s5jax._cache (the per-host cache folder) are standard library only: every layer may use them.
+SHARED = ("s5jax._atomic", "s5jax._signals", "s5jax._cache")
 
 
 def _imports(path: Path, package: str):

@@ -7,11 +7,12 @@ command, JAX's persistent compilation cache in `xla/<host>` (`configure_compilat
 The compilation cache keeps every compiled program (the training and evaluation steps, the
 parameter initialisers) on disk, keyed by JAX on the program, the compiler options and the
 jax/jaxlib versions, so a later run of the same shapes loads them instead of compiling again.
-On the 2-core AVX2 AMD EPYC host, `s5jax eval` of a pendulum run took 17.5 s without it and
-9.6 s with a warm cache (docs/performance.md). JAX's key does not name the host CPU, and XLA
-compiles for the CPU it runs on, so each CPU type (model and instruction set flags) gets its
-own folder: a home folder shared by hosts of several types never hands one an executable
-built for another's instructions.
+On the 2-core AVX2 AMD EPYC host, `s5jax eval` of a pendulum run took 20.5 s without it and
+12.1 s with a warm cache (`benchmarks/compile_cache.py`). XLA compiles for the CPU it runs on,
+and JAX's key (jax/_src/cache_key.py: the program, jaxlib, the platform "cpu", XLA flags,
+compile options, a fingerprint of the device topology) is not documented to tell instruction
+sets apart, so each CPU type (model and instruction set flags) gets its own folder: a home
+folder shared by hosts of several types never hands one an executable built for another's.
 
 The folder is capped at `MAX_BYTES` (JAX evicts the least recently used entries; its file
 lock also keeps processes that share the folder from reading an entry another is writing).
