@@ -1417,6 +1417,12 @@ MUTATIONS = (
     M("compile-cache-not-configured", "cli/__init__.py",
       "    cache = configure_compilation_cache()", "    cache = None", (CACHE,),
       "the command compiles every program again in every run"),
+    M("compile-cache-unfinished-kept", "_cache.py", "        drop_unfinished(folder)",
+      "        pass  # drop_unfinished(folder)", (CACHE,),
+      "an entry a killed process left half-written stops JAX from keeping any new program"),
+    M("compile-cache-drops-whole-entries", "_cache.py",
+      'if not entry.with_name(entry.name.removesuffix("-cache") + "-atime").exists():',
+      "if True:", (CACHE,), "healing the folder removes whole entries with it"),
 )  # fmt: skip
 
 

@@ -78,7 +78,7 @@ def _atimes(folder: Path) -> dict[str, int]:
 
 
 def test_a_second_run_loads_the_programs_the_first_stored(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in _JAX_VARS}
+    env = {k: v for k, v in os.environ.items() if k not in (*_JAX_VARS, _cache.ENV_VAR)}
     env["S5JAX_CACHE_DIR"] = str(tmp_path / "cache")
     sets = ("train.epochs=1", "data.n_train=16", "data.n_eval=8", "model.n_layers=1")
     results, stamps = [], []
@@ -99,3 +99,51 @@ def test_a_second_run_loads_the_programs_the_first_stored(tmp_path):
     # by one run and not the other)
     assert all(stamps[1][name] > stamps[0][name] for name in stamps[0])
     assert results[1]["test_at_best_val"] == results[0]["test_at_best_val"]
+
+
+_STORE = """
+import sys
+from s5jax import _cache
+if sys.argv[1] == "heal":
+    _cache.configure_compilation_cache()
+import jax, jax.numpy as jnp
+print(jax.jit(lambda x: jnp.sin(x) * 2)(jnp.ones(3)).sum())
+"""
+
+
+def test_an_entry_a_killed_process_left_unfinished_is_dropped(tmp_path):
+    """JAX's own store fails (a warning per program, nothing kept) on a `-cache` entry
+    without its `-atime` stamp, as a process killed between the two writes leaves it; the
+    command removes such entries before JAX starts, under JAX's lock, and keeps whole ones."""
+    folder = tmp_path / "xla"
+    folder.mkdir()
+    (folder / "jit_whole-1-cache").write_bytes(b"x")
+    (folder / "jit_whole-1-atime").write_bytes((5).to_bytes(8, "little"))
+    env = {k: v for k, v in os.environ.items() if k not in (*_JAX_VARS, _cache.ENV_VAR)}
+    env["JAX_COMPILATION_CACHE_DIR"] = str(folder)
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    env["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(_cache.MAX_BYTES)  # as the command sets it
+    outcomes = {}
+    for mode in ("as is", "heal"):
+        (folder / "jit_cut-2-cache").write_bytes(b"half an execut")
+        done = subprocess.run([sys.executable, "-W", "error", "-c", _STORE, mode], env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        outcomes[mode] = done
+    assert outcomes["as is"].returncode != 0
+    assert "Error writing persistent compilation cache entry" in outcomes["as is"].stderr
+    assert outcomes["heal"].returncode == 0, outcomes["heal"].stderr
+    assert not (folder / "jit_cut-2-cache").exists()
+    assert (folder / "jit_whole-1-cache").exists()
+    stored = {p.name.rsplit("-", 1)[0] for p in folder.glob("jit__lambda-*")}
+    assert len(stored) == 1 and len(list(folder.glob("jit__lambda-*"))) == 2  # -cache, -atime
+
+
+def test_a_held_lock_leaves_the_folder_alone(tmp_path):
+    import fcntl
+
+    (tmp_path / "jit_cut-2-cache").write_bytes(b"half")
+    with open(tmp_path / ".lockfile", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        assert _cache.drop_unfinished(tmp_path, wait=0.2) == []
+    assert _cache.drop_unfinished(tmp_path) == ["jit_cut-2-cache"]
+    assert list(tmp_path.iterdir()) == [tmp_path / ".lockfile"]

@@ -18,7 +18,9 @@ The folder is capped at `MAX_BYTES` (JAX evicts the least recently used entries;
 lock also keeps processes that share the folder from reading an entry another is writing).
 `S5JAX_COMPILATION_CACHE=0` turns it off; `JAX_COMPILATION_CACHE_DIR` (and JAX's other
 `JAX_COMPILATION_CACHE_*` / `JAX_PERSISTENT_CACHE_*` variables) override its folder and
-settings. Standard library only: it runs before JAX is imported.
+settings. JAX writes an entry in place, not under a temporary name: `drop_unfinished` removes
+what a killed process left half-written before the command starts JAX. Standard library only:
+it runs before JAX is imported.
 """
 
 from __future__ import annotations
@@ -28,9 +30,16 @@ import importlib.metadata
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
-__all__ = ["cache_dir", "compilation_cache_dir", "configure_compilation_cache", "cpu_identity"]
+__all__ = [
+    "cache_dir",
+    "compilation_cache_dir",
+    "configure_compilation_cache",
+    "cpu_identity",
+    "drop_unfinished",
+]
 
 #: Set to "0" to run the `s5jax` command without JAX's persistent compilation cache.
 ENV_VAR = "S5JAX_COMPILATION_CACHE"
@@ -96,4 +105,43 @@ def configure_compilation_cache() -> Path | None:
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(folder))
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(MAX_BYTES))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(MIN_COMPILE_SECONDS))
+    if os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"].strip() != "-1":
+        drop_unfinished(folder)
     return folder
+
+
+def drop_unfinished(folder: Path, wait: float = 2.0) -> list[str]:
+    """Remove the entries a killed process left unfinished; returns their names.
+
+    With a size cap, JAX stores a program as `<key>-cache`, then its last-use stamp
+    `<key>-atime`, under its file lock (`.lockfile`, filelock's `flock`), and every later store
+    reads every entry's stamp: one `-cache` file without its stamp (a process killed between
+    the two writes, or during the first) makes each later store fail with a warning, and
+    nothing new is kept. Under the same lock, such entries are removed; a lock another process
+    holds for `wait` seconds leaves the folder as it is (as does a system without `flock`).
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return []
+    if not folder.is_dir():
+        return []
+    dropped = []
+    try:
+        with open(folder / ".lockfile", "a") as lock:
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        return []
+                    time.sleep(0.05)
+            for entry in folder.glob("*-cache"):
+                if not entry.with_name(entry.name.removesuffix("-cache") + "-atime").exists():
+                    entry.unlink(missing_ok=True)
+                    dropped.append(entry.name)
+    except OSError:
+        return dropped
+    return dropped
