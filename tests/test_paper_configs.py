@@ -10,6 +10,10 @@ sizes make one epoch exactly one optimiser step (training drops the last partial
 The pendulum is the exception: its reader accepts only the published data (sizes and target
 sums, `datasets.md` §1.6, §1.10), so `s5jax data prepare pendulum` generates it for real (about
 10 s) and the run takes one epoch at the paper's batch size, 2000 // 32 = 62 steps.
+
+These tests compile with all of XLA's optimisations, as the `s5jax` command does (the rest of
+the suite compiles quickly, tests/conftest.py): the paper's models are where running costs
+more than compiling (2 min 26 s against 2 min 53 s for this file, 2 workers, AVX2 EPYC).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from ._fixtures import (
     write_pathfinder,
     write_speech,
 )
+
+pytestmark = pytest.mark.full_optimisation
 
 # ---------------------------------------------------------------------------------------
 # Fixtures in the real formats, laid out under the data root as DATA_SOURCES says. Each
