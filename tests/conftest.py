@@ -37,14 +37,15 @@ jax.config.update("jax_captured_constants_report_frames", 3)
 os.environ["S5JAX_COMPILATION_CACHE"] = "0"
 
 # Most of the suite's time is XLA compiling small programs that then run for milliseconds, and
-# most of a compilation is LLVM optimising the machine code. JAX's `jax_disable_most_optimizations`
-# turns LLVM's expensive passes off (backend optimisation level 0); XLA's graph passes (fusion,
-# layout, buffer assignment, the native kernels' custom calls) are unchanged, and so is what
-# every test computes. The suite took 24 min 8 s with it against 31 min 2 s without, one run
-# each on the 2-core AVX2 EPYC (2026-12-08). The `s5jax` processes that tests start inherit
-# it. Tests marked `full_optimisation` (the paper's models, trained as a user trains them:
-# there running the step costs more than compiling it) compile as the `s5jax` command does.
-# `JAX_DISABLE_MOST_OPTIMIZATIONS=0 make test` runs the whole suite fully optimised.
+# most of a compilation is LLVM optimising the machine code. JAX's
+# `jax_disable_most_optimizations` turns LLVM's expensive passes off (backend optimisation level
+# 0); XLA's graph passes (fusion, layout, buffer assignment, the native kernels' custom calls) are
+# unchanged, and so is what every test computes. The suite took 21 min 7 s with it against 31 min
+# 2 s without, one run each on the 2-core AVX2 EPYC (2026-12-08, docs/design.md). The `s5jax`
+# processes that tests start inherit it. Tests marked `full_optimisation` (the paper's models,
+# trained as a user trains them: there running the step costs more than compiling it) compile as
+# the `s5jax` command does. `JAX_DISABLE_MOST_OPTIMIZATIONS=0 make test` runs the whole suite
+# fully optimised.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 _QUICK_COMPILE = os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"].lower() not in ("0", "false")
 jax.config.update("jax_disable_most_optimizations", _QUICK_COMPILE)
