@@ -3,6 +3,7 @@ s5jax classes) give the live model's outputs; the loader example runs where s5ja
 imported; a bidirectional model exports only its forward."""
 
 import json
+import pathlib
 import subprocess
 import sys
 from pathlib import Path
@@ -48,7 +49,9 @@ def _dt(t):
     return np.concatenate([np.ones_like(t[:, :1]), np.diff(t, axis=1)], axis=1).astype(np.float32)
 
 
-def test_pooled_classifier_forward_and_step_equal_the_live_model(tmp_path, user_facing):
+def test_pooled_classifier_forward_and_step_equal_the_live_model(
+    tmp_path, user_facing, monkeypatch
+):
     # (`user_facing`: the test-time jaxtyping checks reject symbolic dimensions.)
     rng = np.random.default_rng(0)
     arrays = features(rng, lengths=True, times=True)
@@ -66,6 +69,12 @@ def test_pooled_classifier_forward_and_step_equal_the_live_model(tmp_path, user_
     dt = _dt(np.cumsum(rng.uniform(0.1, 2.0, (5, 13)), axis=1))
     want = alone(run_dir, x, lengths, dt)
     np.testing.assert_allclose(forward.call(x, lengths, dt), want, **TOL)
+    # spec.json's hint, run in the export folder as written, loads the same program (and
+    # closes the file: an unclosed one is a ResourceWarning, an error in this suite)
+    monkeypatch.chdir(folder)
+    load = spec["forward"]["call"].split(".call(")[0]
+    hinted = eval(load, {"jax": jax, "pathlib": pathlib})
+    np.testing.assert_array_equal(hinted.call(x, lengths, dt), forward.call(x, lengths, dt))
     online = _steps(folder, spec, x, dt)  # (5, 13, C): the pooled output after every step
     np.testing.assert_allclose(online[np.arange(5), lengths - 1], want, **TOL)
 

@@ -938,7 +938,7 @@ def _spec(run, expect, names, forward, fixed, step, state_spec, no_step, which) 
             "outputs": _describe(outputs, forward.out_avals),
             "length": "symbolic" if fixed is None else fixed,
             "scan_method": "sequential",
-            "call": f"jax.export.deserialize(bytearray(open('forward.jax', 'rb').read()))"
+            "call": "jax.export.deserialize(bytearray(pathlib.Path('forward.jax').read_bytes()))"
             f".call({', '.join(names)}) -> {outputs[0] if len(outputs) == 1 else tuple(outputs)}"
             "; inference mode (no dropout, BatchNorm running statistics); x of b examples "
             "of l steps, raw (the run's data.normalize, in 'normalization', is applied "
